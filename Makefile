@@ -1,0 +1,41 @@
+# Everything a new user needs: `make test` and `make demo` set up the rest themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# Spark fetches the Delta jars from Maven Central into this project-local cache.
+export LAKESINK_IVY_DIR ?= $(CURDIR)/.cache/ivy
+PYTEST_ARGS ?=
+
+.PHONY: setup lint format test test-fast demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@java -version >/dev/null 2>&1 || { echo "Java 17 is needed (java not found on PATH)"; exit 1; }
+	touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check lakesink jobs tests
+	$(BIN)/ruff format --check lakesink jobs tests
+
+format: $(STAMP)
+	$(BIN)/ruff format lakesink jobs tests
+	$(BIN)/ruff check --fix lakesink jobs tests
+
+# The whole suite, slow process and crash tests included.
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The quick loop while coding: no slow tests.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python jobs/smoke.py --path demo-output/smoke
+
+clean:
+	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

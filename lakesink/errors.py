@@ -1,0 +1,61 @@
+"""The exceptions lakesink raises: one root, one class per thing that can go wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "CheckpointOrderError",
+    "CommitError",
+    "ConfigurationError",
+    "LakesinkError",
+    "ProtocolError",
+    "ReservedColumnError",
+    "SchemaMismatchError",
+    "TableNotFoundError",
+    "UnknownCheckpointError",
+]
+
+
+class LakesinkError(Exception):
+    """Raised for every error lakesink itself detects; catch this to catch them all."""
+
+
+class ConfigurationError(LakesinkError):
+    """Raised when an option, or the Spark session handed to lakesink, is set up wrong."""
+
+
+class ProtocolError(LakesinkError):
+    """Raised when the two-phase-commit protocol is driven out of order."""
+
+
+class CheckpointOrderError(ProtocolError):
+    """Raised when a checkpoint id goes backwards or is not the open transaction's."""
+
+
+class UnknownCheckpointError(ProtocolError):
+    """Raised when a checkpoint is named that has nothing pending under it."""
+
+
+class CommitError(LakesinkError):
+    """Raised after a commit round in which at least one transaction failed to commit.
+
+    Every transaction of the round was attempted; ``failures`` pairs each failed
+    checkpoint id with its exception, and the failed ones stay pending for a retry.
+    """
+
+    def __init__(self, message: str, failures: Sequence[tuple[int, BaseException]]) -> None:
+        super().__init__(message)
+        self.failures = tuple(failures)
+
+
+class SchemaMismatchError(LakesinkError):
+    """Raised when a DataFrame's or a table's schema differs from what the sink expects."""
+
+
+class ReservedColumnError(SchemaMismatchError):
+    """Raised when a user column uses the reserved ``_lakesink_`` prefix."""
+
+
+class TableNotFoundError(LakesinkError):
+    """Raised when a path or name that must hold a Delta table holds none."""

@@ -1,0 +1,91 @@
+"""A Spark session that can read and write Delta tables, locally or on a cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from importlib.metadata import version
+
+from pyspark.sql import SparkSession
+
+from lakesink.errors import ConfigurationError
+
+__all__ = ["DELTA_EXTENSION", "delta_maven_coordinate", "spark_session"]
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+IVY_DIR_ENV = "LAKESINK_IVY_DIR"
+MASTER_ENV = "LAKESINK_SPARK_MASTER"
+
+
+def delta_maven_coordinate() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark.
+
+    A cluster user passes it to ``spark-submit --packages``.
+    """
+    spark_minor = ".".join(version("pyspark").split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}"
+
+
+def spark_session(
+    *,
+    master: str | None = None,
+    app_name: str = "lakesink",
+    existing: SparkSession | None = None,
+    conf: Mapping[str, str] | None = None,
+    ivy_dir: str | None = None,
+) -> SparkSession:
+    """Return a Spark session with Delta Lake configured.
+
+    Args:
+        master: Spark master URL. Default: ``$LAKESINK_SPARK_MASTER``; under
+            ``spark-submit`` the master it was given; otherwise ``local[*]``.
+        app_name: The Spark application name.
+        existing: A session built elsewhere; it is checked for Delta and returned as is.
+        conf: Extra Spark settings, applied last.
+        ivy_dir: Where Spark caches the Delta jars it fetches from Maven Central.
+            Default: ``$LAKESINK_IVY_DIR``, else Spark's own (``~/.ivy2.5.2``).
+
+    Raises:
+        ConfigurationError: ``existing`` has no Delta extension or catalog.
+    """
+    if existing is not None:
+        _check_delta(existing)
+        return existing
+    from delta import configure_spark_with_delta_pip
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    master = master or os.environ.get(MASTER_ENV)
+    # spark-submit starts the JVM first and hands the master over; do not override it.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or "local[*]")
+    ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
+    if ivy_dir:
+        builder = builder.config("spark.jars.ivy", ivy_dir)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = configure_spark_with_delta_pip(builder).getOrCreate()
+    _check_delta(session)
+    log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
+    return session
+
+
+def _check_delta(session: SparkSession) -> None:
+    extensions = session.conf.get("spark.sql.extensions", "") or ""
+    catalog = session.conf.get("spark.sql.catalog.spark_catalog", "") or ""
+    if DELTA_EXTENSION not in extensions or catalog != DELTA_CATALOG:
+        raise ConfigurationError(
+            "the Spark session is not set up for Delta Lake: it needs "
+            f"spark.sql.extensions={DELTA_EXTENSION} and "
+            f"spark.sql.catalog.spark_catalog={DELTA_CATALOG} "
+            f"(and the jar {delta_maven_coordinate()}); build it with lakesink.spark_session() "
+            "or pass those settings to spark-submit"
+        )

@@ -1,0 +1,37 @@
+"""One Spark session for the whole test run; tests that use it are marked ``spark``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+# Small and quiet: 2 cores on CI, so few partitions, no UI, no progress bars.
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from lakesink.session import spark_session
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = spark_session(
+        master="local[2]",
+        app_name="lakesink-tests",
+        conf={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
