@@ -1,7 +1,7 @@
 """Smoke job: write a small Delta table, append to it, read it back, show its history.
 
-    python jobs/smoke.py --path /tmp/smoke
-    spark-submit --packages "$(lakesink jars)" jobs/smoke.py --path /tmp/smoke
+python jobs/smoke.py --path /tmp/smoke
+spark-submit --packages "$(lakesink jars)" jobs/smoke.py --path /tmp/smoke
 """
 
 from __future__ import annotations
