@@ -19,6 +19,8 @@ __all__ = [
     "CheckpointOrderError",
     "CommitError",
     "ConfigurationError",
+    "DeltaSink",
+    "Journal",
     "LakesinkError",
     "ProtocolError",
     "ReservedColumnError",
@@ -28,14 +30,23 @@ __all__ = [
     "TransactionHolder",
     "TwoPhaseCommitSink",
     "UnknownCheckpointError",
+    "committed",
     "spark_session",
 ]
 
 
-def __getattr__(name: str):
-    # Imported lazily so that the protocol core never pulls in pyspark.
-    if name == "spark_session":
-        from lakesink.session import spark_session
+# Spark-bound names are imported lazily so that the protocol core never pulls in pyspark.
+_LAZY = {
+    "spark_session": "lakesink.session",
+    "committed": "lakesink.readers",
+    "DeltaSink": "lakesink.delta_sink",
+    "Journal": "lakesink.journal",
+}
 
-        return spark_session
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lakesink' has no attribute {name!r}")

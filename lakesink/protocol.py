@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 TxnT = TypeVar("TxnT", bound=Hashable)
 InT = TypeVar("InT")
+SinkT = TypeVar("SinkT", bound="TwoPhaseCommitSink")
 
 
 class Clock(Protocol):
@@ -83,12 +84,13 @@ class SinkState(Generic[TxnT]):
 
     pending_commit: tuple[TransactionHolder[TxnT], ...] = ()
     current: TransactionHolder[TxnT] | None = None
+    last_checkpoint_id: int = 0  # the highest id used, whatever became of it
 
     @property
     def next_checkpoint_id(self) -> int:
         """The first checkpoint id above every id this state has used."""
         holders = [*self.pending_commit, *([self.current] if self.current else [])]
-        return max((h.checkpoint_id for h in holders), default=0) + 1
+        return max([self.last_checkpoint_id, *(h.checkpoint_id for h in holders)]) + 1
 
     def to_json(self) -> str:
         def holder(h: TransactionHolder[TxnT]) -> dict[str, Any]:
@@ -105,6 +107,7 @@ class SinkState(Generic[TxnT]):
             {
                 "pending_commit": [holder(h) for h in self.pending_commit],
                 "current": holder(self.current) if self.current else None,
+                "last_checkpoint_id": self.last_checkpoint_id,
             },
             sort_keys=True,
         )
@@ -123,6 +126,7 @@ class SinkState(Generic[TxnT]):
         return cls(
             pending_commit=tuple(holder(d) for d in data["pending_commit"]),
             current=holder(current) if current else None,
+            last_checkpoint_id=int(data.get("last_checkpoint_id", 0)),
         )
 
 
@@ -151,6 +155,8 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         "notify_checkpoint_complete",
         "close",
         "state",
+        "__enter__",
+        "__exit__",
     )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -194,6 +200,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         self._pending: list[TransactionHolder[TxnT]] = []
         self._current: TransactionHolder[TxnT] | None = None
         self._last_notified = 0
+        self._last_snapshot = 0
         self._used_handles: set[TxnT] = set()
         self._initialized = False
         self._closed = False
@@ -228,12 +235,16 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """Abort a transaction restored from a snapshot; it was never pre-committed."""
         self.abort(transaction)
 
+    def explain_unknown_checkpoint(self, checkpoint_id: int) -> str:
+        """Say what became of a checkpoint that has nothing pending, for error messages."""
+        return "it was committed before, or never pre-committed"
+
     # ------------------------------------------------------- framework methods
 
     @property
     def state(self) -> SinkState[TxnT]:
         """The state a snapshot taken now would hold."""
-        return SinkState(tuple(self._pending), self._current)
+        return SinkState(tuple(self._pending), self._current, self._last_snapshot)
 
     def initialize_state(self, restored: SinkState[TxnT] | None = None) -> None:
         """Start the sink, first finishing what a restored snapshot left behind.
@@ -278,7 +289,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         if failures:
             self._raise_commit_error("recovery", failures)
         next_id = restored.next_checkpoint_id if restored else 1
-        self._last_notified = next_id - 1
+        self._last_notified = self._last_snapshot = next_id - 1
         self._current = self._begin(next_id)
         self._initialized = True
 
@@ -306,6 +317,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         log.debug("%s: checkpoint %d, pre-committing %r", self.name, checkpoint_id, current)
         self.pre_commit(current.handle)
         self._pending.append(current)
+        self._last_snapshot = checkpoint_id
         self._current = self._begin(checkpoint_id + 1)
         return self.state
 
@@ -325,7 +337,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         ``CommitError``; failed ones stay pending so the next notification retries them.
         """
         self._check_running()
-        last_snapshot = self._current.checkpoint_id - 1 if self._current else 0
+        last_snapshot = self._last_snapshot
         if checkpoint_id < self._last_notified:
             raise CheckpointOrderError(
                 f"{self.name}: notification for checkpoint {checkpoint_id} goes backwards: "
@@ -334,13 +346,15 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         if checkpoint_id > last_snapshot:
             raise UnknownCheckpointError(
                 f"{self.name}: checkpoint {checkpoint_id} was never snapshotted "
-                f"(the last snapshot is {last_snapshot or 'none'})"
+                f"(the last snapshot is {last_snapshot or 'none'}); "
+                f"{self.explain_unknown_checkpoint(checkpoint_id)}"
             )
         due = [h for h in self._pending if h.checkpoint_id <= checkpoint_id]
         if not due:
             raise UnknownCheckpointError(
                 f"{self.name}: checkpoint {checkpoint_id} complete, but no transaction is "
-                f"pending at or below it (pending: {self.pending_checkpoint_ids or 'none'})"
+                f"pending at or below it (pending: {self.pending_checkpoint_ids or 'none'}); "
+                f"{self.explain_unknown_checkpoint(checkpoint_id)}"
             )
         failures: list[tuple[int, BaseException]] = []
         for holder in due:
@@ -355,6 +369,12 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         self._last_notified = checkpoint_id
         if failures:
             self._raise_commit_error(f"checkpoint {checkpoint_id}", failures)
+
+    def __enter__(self: SinkT) -> SinkT:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Abort the open transaction; pre-committed ones stay for recovery to commit."""

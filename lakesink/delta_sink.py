@@ -1,0 +1,517 @@
+"""The Delta Lake implementation of the two-phase-commit hooks.
+
+- ``invoke`` appends a DataFrame's rows to the target table, masked
+  (``_lakesink_visible = false``) and tagged with the checkpoint and transaction id; each
+  append carries ``txnAppId``/``txnVersion`` so a retried append is skipped by Delta.
+- ``pre_commit`` counts the transaction's rows and records it pre-committed in the journal.
+- ``commit`` records the decision, flips the mask with one MERGE keyed on checkpoint id and
+  transaction id (retried on write conflicts), then records it committed.
+- ``abort`` records the transaction aborted; its rows stay masked until the vacuum job.
+
+The table is partitioned by checkpoint id and transaction id. A commit's MERGE pins the
+partition of its own transaction, so Delta prunes it to that transaction's files and
+appends by other transactions (other writers, later checkpoints) never conflict with it:
+open-source Delta checks conflicts per partition, and a MERGE on an unpartitioned table
+fails whenever any file was added concurrently, which would starve commits under load.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from lakesink.errors import (
+    ConfigurationError,
+    ProtocolError,
+    ReservedColumnError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from lakesink.journal import Journal, JournalEntry, TxnState, default_journal_path
+from lakesink.protocol import Clock, SinkState, TransactionHolder, TwoPhaseCommitSink
+from lakesink.readers import VISIBLE, create_committed_view
+from lakesink.sql import delta_path, quote_identifier, quote_name, string_literal
+
+__all__ = [
+    "CHECKPOINT_ID",
+    "HIDDEN_PREFIX",
+    "TXN_ID",
+    "VISIBLE",
+    "CommitRetry",
+    "DeltaSink",
+    "DeltaTransaction",
+]
+
+log = logging.getLogger(__name__)
+
+HIDDEN_PREFIX = "_lakesink_"
+CHECKPOINT_ID = "_lakesink_checkpoint_id"
+TXN_ID = "_lakesink_txn_id"
+# First in the schema, and the first two are the partition columns: the commit and the
+# vacuum filter on them, so they prune whole files however wide the user schema is.
+HIDDEN_FIELDS = (
+    StructField(CHECKPOINT_ID, LongType(), False),
+    StructField(TXN_ID, StringType(), False),
+    StructField(VISIBLE, BooleanType(), False),
+)
+SINK_ID_PROPERTY = "lakesink.sinkId"
+JOURNAL_PROPERTY = "lakesink.journal"
+# txnVersion = checkpoint id * STEPS + step: grows with every append of a writer, because a
+# writer's checkpoint ids only grow and are never reused (not even after an abort).
+STEPS_PER_CHECKPOINT = 1_000_000
+APPEND_ATTEMPTS = 3
+
+StepHook = Callable[[str, "DeltaTransaction"], None]
+
+
+@dataclass(frozen=True)
+class DeltaTransaction:
+    """A transaction handle: a fresh id, never reused, and the checkpoint it belongs to."""
+
+    txn_id: str
+    checkpoint_id: int
+    writer_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRetry:
+    """How a commit retries Delta write conflicts: exponential backoff with jitter."""
+
+    max_attempts: int = 20
+    initial_backoff_s: float = 0.1
+    max_backoff_s: float = 5.0
+
+
+def _conflict_exceptions() -> tuple[type[BaseException], ...]:
+    import delta.exceptions.captured  # noqa: F401  (makes PySpark raise the classes below)
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    return (
+        ConcurrentAppendException,
+        ConcurrentDeleteReadException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+
+class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
+    """An exactly-once sink into one Delta table; open it with ``DeltaSink.open``.
+
+    Args:
+        spark: A Delta-ready session (``lakesink.spark_session()``).
+        path: The target table's folder; created if missing.
+        schema: The user columns. Required to create the table; checked against an
+            existing one (a DDL string or a ``StructType``).
+        sink_id: Names the sink in the journal and the table; default: the folder's name.
+            A table belongs to one sink id.
+        writer_id: Identifies this writer among the sink's concurrent writers; a restarted
+            writer must reuse its id to recover its transactions.
+        journal_path: The journal table; default ``$LAKESINK_JOURNAL`` or
+            ``_lakesink_journal`` beside the table's folder.
+        view_name: Catalog name of the committed view; default: the sink id.
+        table_name: Also register the raw table under this catalog name.
+        commit_retry: Retry policy for commit conflicts.
+        step_hook: Called with a step name and the transaction at each protocol step
+            (for observability and fault-injection tests).
+        clock, transaction_timeout_ms, ignore_failures_after_transaction_timeout,
+        timeout_warning_ratio: As for ``TwoPhaseCommitSink``.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        path: str,
+        *,
+        schema: StructType | str | None = None,
+        sink_id: str | None = None,
+        writer_id: str = "0",
+        journal_path: str | None = None,
+        view_name: str | None = None,
+        table_name: str | None = None,
+        commit_retry: CommitRetry | None = None,
+        step_hook: StepHook | None = None,
+        clock: Clock | None = None,
+        transaction_timeout_ms: int | None = None,
+        ignore_failures_after_transaction_timeout: bool = False,
+        timeout_warning_ratio: float | None = None,
+    ) -> None:
+        self.path = str(Path(path).resolve())
+        self.sink_id = sink_id or Path(self.path).name
+        self.writer_id = writer_id
+        if not self.sink_id or not writer_id:
+            raise ConfigurationError("sink_id and writer_id must not be empty")
+        super().__init__(
+            name=f"lakesink[{self.sink_id}/{writer_id}]",
+            clock=clock,
+            transaction_timeout_ms=transaction_timeout_ms,
+            ignore_failures_after_transaction_timeout=ignore_failures_after_transaction_timeout,
+            timeout_warning_ratio=timeout_warning_ratio,
+        )
+        self.spark = spark
+        self.view_name = view_name or self.sink_id
+        self.table_name = table_name
+        if table_name and table_name == self.view_name:
+            raise ConfigurationError(
+                f"table_name and view_name are both {table_name!r}; give them different names"
+            )
+        self.commit_retry = commit_retry or CommitRetry()
+        self._step_hook = step_hook
+        self._app_id = f"lakesink:{self.sink_id}:{writer_id}"
+        self._steps: dict[str, int] = {}
+        self._failed: dict[str, str] = {}
+        journal_path = str(Path(journal_path or default_journal_path(self.path)).resolve())
+        self.schema, created = _ensure_table(
+            spark, self.path, self.sink_id, _as_struct(spark, schema), journal_path
+        )
+        # A table with history but no journal must not silently get a new, empty one:
+        # the pre-committed transactions recovery needs would be forgotten.
+        self.journal = Journal(spark, journal_path, create=created)
+        if table_name:
+            spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {quote_name(table_name)} USING DELTA "
+                f"LOCATION {string_literal(self.path)}"
+            )
+
+    @classmethod
+    def open(cls, spark: SparkSession, path: str, **options: object) -> DeltaSink:
+        """Create or open the table, recover from the journal, register the committed view.
+
+        Recovery follows Flink's rules: this writer's pre-committed and decided transactions
+        are committed (idempotently), its open one is aborted, and the new transaction's
+        checkpoint id is above every id this writer used and every id any writer of the
+        sink has pre-committed.
+        """
+        sink = cls(spark, path, **options)  # type: ignore[arg-type]
+        sink.initialize_state(sink.restored_state())
+        create_committed_view(spark, sink.path, sink.view_name, sink.schema.fieldNames())
+        return sink
+
+    def restored_state(self) -> SinkState[DeltaTransaction]:
+        """What the journal says this writer left behind, as a protocol state."""
+        mine: list[TransactionHolder[DeltaTransaction]] = []
+        open_ones: list[TransactionHolder[DeltaTransaction]] = []
+        last_id = 0
+        for status in self.journal.transactions(self.sink_id):
+            if status.writer_id != self.writer_id:
+                if status.state.rank >= TxnState.PRE_COMMITTED.rank and (
+                    status.state is not TxnState.ABORTED
+                ):
+                    last_id = max(last_id, status.checkpoint_id)
+                continue
+            last_id = max(last_id, status.checkpoint_id)
+            holder = TransactionHolder(
+                DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id),
+                status.checkpoint_id,
+                int(status.opened_at.timestamp() * 1000),
+            )
+            if status.state.committable:
+                mine.append(holder)
+            elif status.state is TxnState.OPEN:
+                open_ones.append(holder)
+        # Only one transaction of a writer is open at a time; should an older one linger
+        # anyway, it was never pre-committed either, so it is aborted like the last one.
+        for stale in open_ones[:-1]:
+            self.recover_and_abort(stale.handle)
+        return SinkState(
+            pending_commit=tuple(mine),
+            current=open_ones[-1] if open_ones else None,
+            last_checkpoint_id=last_id,
+        )
+
+    def checkpoint(self) -> int:
+        """Pre-commit the open transaction; return its checkpoint id for the commit."""
+        checkpoint_id = self.current_checkpoint_id
+        self.snapshot_state(checkpoint_id)
+        return checkpoint_id
+
+    # ----------------------------------------------------------------- hooks
+
+    def begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
+        txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
+        self.journal.record(self._entry(txn, TxnState.OPEN))
+        self._steps[txn.txn_id] = 0
+        return txn
+
+    def invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
+        self._check_not_failed(transaction)
+        frame = self._masked(transaction, value)
+        step = self._steps[transaction.txn_id] + 1
+        if step >= STEPS_PER_CHECKPOINT:
+            raise ProtocolError(
+                f"{self.name}: more than {STEPS_PER_CHECKPOINT - 1} writes into checkpoint "
+                f"{transaction.checkpoint_id}; checkpoint more often"
+            )
+        version = transaction.checkpoint_id * STEPS_PER_CHECKPOINT + step
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            try:
+                self._step("before_append", transaction)
+                (
+                    frame.write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", self._app_id)
+                    .option("txnVersion", str(version))
+                    .save(self.path)
+                )
+                self._step("after_append", transaction)
+                break
+            except Exception as exc:
+                # Same appId and version on retry: if the failed attempt did commit, Delta
+                # skips this one instead of duplicating the rows.
+                log.warning("%s: append attempt %d failed: %s", self.name, attempt, exc)
+                if attempt == APPEND_ATTEMPTS:
+                    self._failed[transaction.txn_id] = repr(exc)
+                    raise
+        self._steps[transaction.txn_id] = step
+
+    def pre_commit(self, transaction: DeltaTransaction) -> None:
+        self._check_not_failed(transaction)
+        rows = self._count(transaction)
+        self._step("before_pre_commit_record", transaction)
+        self.journal.record(self._entry(transaction, TxnState.PRE_COMMITTED, row_count=rows))
+        log.info(
+            "%s: pre-committed checkpoint %d (%d rows)", self.name, transaction.checkpoint_id, rows
+        )
+
+    def commit(self, transaction: DeltaTransaction) -> None:
+        self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1))
+        self._step("after_commit_decision", transaction)
+        flipped = self._flip(transaction)
+        self._step("after_flip", transaction)
+        self.journal.record(
+            self._entry(
+                transaction,
+                TxnState.COMMITTED,
+                row_count=self._count(transaction),
+                detail=f"{flipped} rows made visible by this attempt",
+            )
+        )
+
+    def abort(self, transaction: DeltaTransaction) -> None:
+        self.journal.record(
+            self._entry(
+                transaction,
+                TxnState.ABORTED,
+                detail="rows kept masked; the vacuum job removes them",
+            )
+        )
+        self._steps.pop(transaction.txn_id, None)
+
+    def explain_unknown_checkpoint(self, checkpoint_id: int) -> str:
+        states = sorted(
+            {
+                s.state.value
+                for s in self.journal.transactions(self.sink_id, writer_id=self.writer_id)
+                if s.checkpoint_id == checkpoint_id
+            }
+        )
+        return (
+            f"the journal says: {', '.join(states)}"
+            if states
+            else "the journal has no record of it"
+        )
+
+    # --------------------------------------------------------------- internals
+
+    def _check_not_failed(self, transaction: DeltaTransaction) -> None:
+        # After an append that failed for good, whether its rows landed is unknown: the
+        # transaction can neither take more rows nor be pre-committed.
+        if transaction.txn_id in self._failed:
+            raise ProtocolError(
+                f"{self.name}: transaction {transaction.txn_id} of checkpoint "
+                f"{transaction.checkpoint_id} failed to append "
+                f"({self._failed[transaction.txn_id]}); reopen the sink: recovery aborts it "
+                "and its input must be replayed"
+            )
+
+    def _masked(self, transaction: DeltaTransaction, frame: DataFrame) -> DataFrame:
+        _check_columns(frame.schema, self.schema, what="the DataFrame")
+        return frame.select(
+            F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID),
+            F.lit(transaction.txn_id).alias(TXN_ID),
+            F.lit(False).alias(VISIBLE),
+            *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
+        )
+
+    def _count(self, transaction: DeltaTransaction) -> int:
+        return (
+            self.spark.read.format("delta")
+            .load(self.path)
+            .where(
+                (F.col(CHECKPOINT_ID) == transaction.checkpoint_id)
+                & (F.col(TXN_ID) == transaction.txn_id)
+            )
+            .count()
+        )
+
+    def _flip(self, transaction: DeltaTransaction) -> int:
+        """One idempotent MERGE: only masked rows of exactly this transaction match."""
+        key = (
+            f"t.{CHECKPOINT_ID} = {transaction.checkpoint_id} "
+            f"AND t.{TXN_ID} = {string_literal(transaction.txn_id)}"
+        )
+        statement = (
+            f"MERGE INTO {delta_path(self.path)} AS t "
+            f"USING (SELECT {transaction.checkpoint_id} AS checkpoint_id, "
+            f"{string_literal(transaction.txn_id)} AS txn_id) AS s "
+            f"ON {key} AND t.{CHECKPOINT_ID} = s.checkpoint_id AND t.{TXN_ID} = s.txn_id "
+            f"AND NOT t.{VISIBLE} "
+            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true"
+        )
+        conflicts = _conflict_exceptions()
+        retry = self.commit_retry
+        backoff = retry.initial_backoff_s
+        for attempt in range(1, retry.max_attempts + 1):
+            try:
+                metrics = self.spark.sql(statement).first()
+                return int(metrics["num_updated_rows"]) if metrics else 0
+            except conflicts as exc:
+                if attempt == retry.max_attempts:
+                    raise
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                log.info(
+                    "%s: commit of checkpoint %d conflicted (attempt %d), retrying: %s",
+                    self.name,
+                    transaction.checkpoint_id,
+                    attempt,
+                    error,
+                )
+                self.journal.record(
+                    self._entry(transaction, TxnState.COMMITTING, attempt=attempt + 1, error=error)
+                )
+                time.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, retry.max_backoff_s)
+        raise AssertionError("unreachable")
+
+    def _entry(
+        self, transaction: DeltaTransaction, state: TxnState, **extra: object
+    ) -> JournalEntry:
+        return JournalEntry(
+            sink_id=self.sink_id,
+            table_path=self.path,
+            checkpoint_id=transaction.checkpoint_id,
+            txn_id=transaction.txn_id,
+            writer_id=transaction.writer_id,
+            state=state,
+            event_time=datetime.fromtimestamp(self._clock.millis() / 1000, tz=timezone.utc),
+            **extra,  # type: ignore[arg-type]
+        )
+
+    def _step(self, name: str, transaction: DeltaTransaction) -> None:
+        if self._step_hook is not None:
+            self._step_hook(name, transaction)
+
+
+def _as_struct(spark: SparkSession, schema: StructType | str | None) -> StructType | None:
+    if schema is None or isinstance(schema, StructType):
+        return schema
+    return spark.createDataFrame([], schema).schema
+
+
+def _user_fields(schema: StructType) -> StructType:
+    return StructType([f for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)])
+
+
+def _check_reserved(schema: StructType, what: str) -> None:
+    reserved = [f.name for f in schema.fields if f.name.lower().startswith(HIDDEN_PREFIX)]
+    if reserved:
+        raise ReservedColumnError(
+            f"{what} has column(s) {', '.join(reserved)}: names starting with "
+            f"{HIDDEN_PREFIX!r} are reserved for lakesink's hidden columns; rename them"
+        )
+
+
+def _check_columns(actual: StructType, expected: StructType, *, what: str) -> None:
+    """Raise naming every missing, extra and wrongly typed column (nullability aside)."""
+    _check_reserved(actual, what)
+    have = {f.name: f.dataType for f in actual.fields}
+    want = {f.name: f.dataType for f in expected.fields}
+    problems = []
+    missing = [name for name in want if name not in have]
+    extra = [name for name in have if name not in want]
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra:
+        problems.append(f"extra {', '.join(extra)}")
+    for name in want:
+        if name in have and have[name] != want[name]:
+            problems.append(
+                f"{name} is {have[name].simpleString()}, expected {want[name].simpleString()}"
+            )
+    if problems:
+        raise SchemaMismatchError(
+            f"{what} does not match the sink's schema: {'; '.join(problems)} "
+            f"(expected: {expected.simpleString()})"
+        )
+
+
+def _ensure_table(
+    spark: SparkSession, path: str, sink_id: str, schema: StructType | None, journal: str
+) -> tuple[StructType, bool]:
+    """Create the table or check the existing one; return the user schema and if created."""
+    from delta.tables import DeltaTable
+
+    if schema is not None:
+        _check_reserved(schema, "the schema")
+    if DeltaTable.isDeltaTable(spark, path):
+        detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
+        properties = detail["properties"] or {}
+        owner = properties.get(SINK_ID_PROPERTY)
+        if owner != sink_id:
+            raise ConfigurationError(
+                f"the table at {path} belongs to sink id {owner!r}, not {sink_id!r}"
+                if owner
+                else f"the Delta table at {path} was not created by lakesink; "
+                "give the sink a new path"
+            )
+        table_schema = spark.read.format("delta").load(path).schema
+        missing_hidden = [f.name for f in HIDDEN_FIELDS if f.name not in table_schema.fieldNames()]
+        if missing_hidden:
+            raise SchemaMismatchError(
+                f"the table at {path} lacks hidden column(s) {', '.join(missing_hidden)}"
+            )
+        recorded_journal = properties.get(JOURNAL_PROPERTY)
+        if recorded_journal != journal:
+            raise ConfigurationError(
+                f"the table at {path} is journaled in {recorded_journal}, not {journal}; "
+                "pass journal_path= with the recorded journal"
+            )
+        user = _user_fields(table_schema)
+        if schema is not None:
+            _check_columns(schema, user, what="the given schema")
+        return user, False
+    if schema is None:
+        raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
+    if Path(path).exists() and any(Path(path).iterdir()):
+        raise TableNotFoundError(
+            f"{path} exists and holds no Delta table; give the sink an empty or new folder"
+        )
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumns(StructType([*HIDDEN_FIELDS, *schema.fields]))
+        .partitionedBy(CHECKPOINT_ID, TXN_ID)
+        .property(SINK_ID_PROPERTY, sink_id)
+        .property(JOURNAL_PROPERTY, journal)
+        .execute()
+    )
+    log.info("created lakesink table %s for sink %r", path, sink_id)
+    return schema, True

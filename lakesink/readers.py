@@ -1,0 +1,39 @@
+"""How readers see only committed rows: a view, a DataFrame, or a filter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from lakesink.sql import delta_path, quote_identifier, quote_name
+
+__all__ = ["COMMITTED_FILTER", "VISIBLE", "committed", "create_committed_view"]
+
+VISIBLE = "_lakesink_visible"
+# What an engine without the view must apply (and then drop the _lakesink_* columns).
+COMMITTED_FILTER = f"{VISIBLE} = true"
+
+
+def committed(spark: SparkSession, path: str, *, version: int | None = None) -> DataFrame:
+    """The committed rows of a lakesink table, without the hidden columns.
+
+    ``version`` reads the table as of that Delta version (time travel).
+    """
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    table = reader.load(path)
+    user_columns = [c for c in table.columns if not c.startswith("_lakesink_")]
+    return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
+
+
+def create_committed_view(
+    spark: SparkSession, path: str, view_name: str, columns: Sequence[str]
+) -> None:
+    """Create or replace the catalog view ``view_name`` showing only committed rows."""
+    select = ", ".join(quote_identifier(c) for c in columns)
+    spark.sql(
+        f"CREATE OR REPLACE VIEW {quote_name(view_name)} AS "
+        f"SELECT {select} FROM {delta_path(path)} WHERE {COMMITTED_FILTER}"
+    )

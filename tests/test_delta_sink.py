@@ -1,0 +1,447 @@
+"""The Delta sink on a real Spark session with real Delta tables on disk."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lakesink import committed
+from lakesink.delta_sink import CHECKPOINT_ID, TXN_ID, VISIBLE, DeltaSink
+from lakesink.errors import (
+    CheckpointOrderError,
+    CommitError,
+    ConfigurationError,
+    ReservedColumnError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    UnknownCheckpointError,
+)
+from lakesink.journal import TxnState
+
+SCHEMA = "order_id BIGINT, item STRING"
+
+
+class Crash(BaseException):
+    """A simulated process death: not an Exception, so no retry loop swallows it."""
+
+
+class SettableClock:
+    def __init__(self) -> None:
+        self.now_ms = 1_700_000_000_000
+
+    def millis(self) -> int:
+        return self.now_ms
+
+
+def rows(spark, ids):
+    return spark.createDataFrame([(i, f"item-{i}") for i in ids], SCHEMA)
+
+
+def visible_ids(spark, path) -> list[int]:
+    return sorted(r.order_id for r in committed(spark, str(path)).collect())
+
+
+def raw_count(spark, path) -> int:
+    return spark.read.format("delta").load(str(path)).count()
+
+
+def states(sink: DeltaSink) -> dict[int, set[str]]:
+    found: dict[int, set[str]] = {}
+    for status in sink.journal.transactions(sink.sink_id):
+        found.setdefault(status.checkpoint_id, set()).add(status.state.value)
+    return found
+
+
+def delta_version(spark, path) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first().version
+
+
+@pytest.fixture
+def table(tmp_path) -> Path:
+    return tmp_path / "orders"
+
+
+def open_sink(spark, table, **options) -> DeltaSink:
+    options.setdefault("schema", SCHEMA)
+    options.setdefault("view_name", f"v_{table.parent.name}")
+    return DeltaSink.open(spark, str(table), **options)
+
+
+def test_rows_are_visible_only_after_the_commit(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1, 2, 3]))
+    checkpoint = sink.checkpoint()
+
+    assert raw_count(spark, table) == 3
+    assert visible_ids(spark, table) == []
+    assert spark.table(sink.view_name).count() == 0
+
+    sink.notify_checkpoint_complete(checkpoint)
+
+    assert visible_ids(spark, table) == [1, 2, 3]
+    assert sorted(r.order_id for r in spark.table(sink.view_name).collect()) == [1, 2, 3]
+    assert spark.table(sink.view_name).columns == ["order_id", "item"]
+    assert states(sink)[checkpoint] == {"committed"}
+    sink.close()
+
+
+def test_notify_after_several_checkpoints_commits_exactly_those(spark, table):
+    sink = open_sink(spark, table)
+    for batch in ([1], [2], [3]):
+        sink.write(rows(spark, batch))
+        sink.checkpoint()
+
+    sink.notify_checkpoint_complete(2)
+
+    assert visible_ids(spark, table) == [1, 2]
+    assert states(sink) == {1: {"committed"}, 2: {"committed"}, 3: {"pre_committed"}, 4: {"open"}}
+    sink.close()
+
+
+def test_fail_before_notify_then_restore_commits_once(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1]))
+    sink.checkpoint()
+    sink.write(rows(spark, [2]))
+    sink.checkpoint()
+    sink.write(rows(spark, [3]))  # open, never pre-committed
+    del sink  # the process dies: no notification, no close
+
+    restored = open_sink(spark, table)
+
+    assert visible_ids(spark, table) == [1, 2]
+    assert states(restored)[3] == {"aborted"}
+    assert restored.current_checkpoint_id == 4  # 3 is never reused
+    restored.close()
+    again = open_sink(spark, table)  # recovering twice changes nothing
+    assert visible_ids(spark, table) == [1, 2]
+    again.close()
+
+
+def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
+    clock = SettableClock()
+    options = dict(
+        clock=clock, transaction_timeout_ms=60_000, ignore_failures_after_transaction_timeout=True
+    )
+
+    def fail_flip(step, txn):
+        if step == "after_commit_decision":
+            raise RuntimeError("MERGE unavailable")
+
+    sink = open_sink(spark, table, step_hook=fail_flip, **options)
+    sink.write(rows(spark, [1]))
+    checkpoint = sink.checkpoint()
+    with pytest.raises(CommitError, match="MERGE unavailable"):
+        sink.notify_checkpoint_complete(checkpoint)
+    assert visible_ids(spark, table) == []
+
+    with pytest.raises(CommitError, match="MERGE unavailable"):  # within the timeout: raised
+        open_sink(spark, table, step_hook=fail_flip, **options)
+
+    clock.now_ms += 60_001
+    recovered = open_sink(spark, table, step_hook=fail_flip, **options)  # past it: logged
+    assert visible_ids(spark, table) == []
+    assert states(recovered)[checkpoint] == {"committing"}
+    recovered.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "crash_at, precommitted",
+    [
+        ("before_append", False),
+        ("after_append", False),
+        ("after_invoke", False),
+        ("before_pre_commit_record", False),
+        ("after_pre_commit", True),
+        ("after_commit_decision", True),
+        ("after_flip", True),
+    ],
+)
+def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
+    spark, table, crash_at, precommitted
+):
+    def crash(step, txn):
+        if step == crash_at and txn.checkpoint_id == 2:
+            raise Crash(step)
+
+    sink = open_sink(spark, table, step_hook=crash)
+    sink.write(rows(spark, [1, 2]))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    with pytest.raises(Crash):
+        sink.write(rows(spark, [3, 4]))
+        if crash_at == "after_invoke":
+            raise Crash(crash_at)
+        checkpoint = sink.checkpoint()
+        if crash_at == "after_pre_commit":
+            raise Crash(crash_at)
+        sink.notify_checkpoint_complete(checkpoint)
+    del sink
+
+    restored = open_sink(spark, table)
+    journal = states(restored)
+    # How the test knows nothing is lost: a checkpoint that recovery did not commit was
+    # aborted, and its input is replayed, as a source restored to the last checkpoint would.
+    if precommitted:
+        assert journal[2] == {"committed"}
+    else:
+        assert journal[2] == {"aborted"}
+        restored.write(rows(spark, [3, 4]))
+        restored.notify_checkpoint_complete(restored.checkpoint())
+
+    ids = visible_ids(spark, table)
+    assert Counter(ids) == Counter([1, 2, 3, 4])
+    restored.close()
+
+
+def test_a_retried_append_is_skipped_by_delta(spark, table):
+    failures = []
+
+    def lose_the_reply(step, txn):
+        if step == "after_append" and not failures:
+            failures.append(step)
+            raise OSError("connection reset after the commit")
+
+    sink = open_sink(spark, table, step_hook=lose_the_reply)
+    sink.write(rows(spark, [1, 2, 3]))
+
+    assert failures == ["after_append"]
+    assert raw_count(spark, table) == 3  # the retry, same txnAppId/txnVersion, was skipped
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`")
+    appends = history.where("operation = 'WRITE'").count()
+    assert appends == 1
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    assert visible_ids(spark, table) == [1, 2, 3]
+    sink.close()
+
+
+def test_each_append_carries_a_growing_txn_version(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1]))
+    sink.write(rows(spark, [2]))
+    sink.checkpoint()
+    sink.write(rows(spark, [3]))
+    versions = []
+    for log_file in sorted((table / "_delta_log").glob("*.json")):
+        for line in log_file.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                versions.append((action["txn"]["appId"], action["txn"]["version"]))
+    app_ids = {app for app, _ in versions}
+    assert app_ids == {f"lakesink:{sink.sink_id}:0"}
+    numbers = [v for _, v in versions]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    sink.close()
+
+
+def test_two_writers_into_one_checkpoint(spark, table):
+    a = open_sink(spark, table, writer_id="a")
+    b = open_sink(spark, table, writer_id="b")
+    assert a.current_checkpoint_id == b.current_checkpoint_id == 1
+
+    a.write(rows(spark, [1, 2]))
+    b.write(rows(spark, [3]))
+    a.notify_checkpoint_complete(a.checkpoint())
+    assert visible_ids(spark, table) == [1, 2]  # b's rows wait for b's commit
+    b.notify_checkpoint_complete(b.checkpoint())
+
+    assert visible_ids(spark, table) == [1, 2, 3]
+    a.close()
+    b.close()
+
+
+def test_commit_while_another_writer_keeps_appending(spark, table):
+    committer = open_sink(spark, table, writer_id="committer")
+    appender = open_sink(spark, table, writer_id="appender")
+    committer.write(rows(spark, range(0, 100)))
+    checkpoint = committer.checkpoint()
+    stop = threading.Event()
+    appended = []
+
+    def keep_appending():
+        batch = 1000
+        while not stop.is_set():
+            appender.write(rows(spark, range(batch, batch + 10)))
+            appended.extend(range(batch, batch + 10))
+            batch += 10
+
+    thread = threading.Thread(target=keep_appending)
+    thread.start()
+    try:
+        committer.notify_checkpoint_complete(checkpoint)
+    finally:
+        stop.set()
+        thread.join()
+
+    assert visible_ids(spark, table) == list(range(100))
+    appender.notify_checkpoint_complete(appender.checkpoint())
+    assert visible_ids(spark, table) == sorted([*range(100), *appended])
+    committer.close()
+    appender.close()
+
+
+def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, table):
+    wide = ", ".join(f"c{i} INT" for i in range(40))
+    sink = DeltaSink.open(spark, str(table), schema=wide, view_name="v_wide")
+    other = DeltaSink.open(spark, str(table), schema=wide, view_name="v_wide", writer_id="w2")
+    for writer in (sink, other):
+        writer.write(spark.createDataFrame([tuple(range(40))] * 5, wide).repartition(2))
+        writer.checkpoint()
+
+    sink.notify_checkpoint_complete(1)
+
+    files = spark.read.format("delta").load(str(table)).inputFiles()
+    partitions = {f.rsplit("/", 1)[0] for f in files}
+    assert len(partitions) == 2  # one partition per transaction
+    assert all("_lakesink_checkpoint_id=1/_lakesink_txn_id=" in p for p in partitions)
+    merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").first()
+    metrics = merge.operationMetrics
+    # Pruned to the partition of the committed transaction: the other writer's files of the
+    # same checkpoint were neither read for rewriting nor copied.
+    assert int(metrics["numTargetRowsUpdated"]) == 5
+    assert int(metrics["numTargetRowsCopied"]) == 0
+    assert int(metrics["numTargetFilesRemoved"]) <= 2
+    assert sorted(r.c0 for r in committed(spark, str(table)).collect()) == [0] * 5
+    sink.close()
+    other.close()
+
+
+def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, []))
+    checkpoint = sink.checkpoint()
+    sink.notify_checkpoint_complete(checkpoint)
+    assert visible_ids(spark, table) == []
+    status = [s for s in sink.journal.transactions(sink.sink_id) if s.checkpoint_id == 1]
+    assert status[0].state is TxnState.COMMITTED and status[0].row_count == 0
+    sink.close()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def snapshot_of(spark, table, journal) -> tuple[int, int]:
+    return delta_version(spark, table), delta_version(spark, journal)
+
+
+@pytest.fixture
+def running(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1]))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    yield sink
+    sink.close()
+
+
+@pytest.mark.parametrize(
+    "frame_schema, message",
+    [
+        ("order_id BIGINT", "missing item"),
+        ("order_id BIGINT, item STRING, price DOUBLE", "extra price"),
+        ("order_id STRING, item STRING", "order_id is string, expected bigint"),
+    ],
+)
+def test_a_dataframe_that_does_not_match_is_refused(spark, table, running, frame_schema, message):
+    before = snapshot_of(spark, table, running.journal.path)
+    frame = spark.createDataFrame([], frame_schema)
+    with pytest.raises(SchemaMismatchError, match=message):
+        running.write(frame)
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_a_user_column_with_the_reserved_prefix_is_refused(spark, table, running):
+    before = snapshot_of(spark, table, running.journal.path)
+    frame = spark.createDataFrame([], "order_id BIGINT, item STRING, _lakesink_visible BOOLEAN")
+    with pytest.raises(ReservedColumnError, match="_lakesink_visible"):
+        running.write(frame)
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_creating_with_a_reserved_column_creates_nothing(spark, table):
+    with pytest.raises(ReservedColumnError, match="_lakesink_txn_id"):
+        DeltaSink.open(spark, str(table), schema="a INT, _lakesink_txn_id STRING")
+    assert not table.exists()
+    assert not (table.parent / "_lakesink_journal").exists()
+
+
+def test_opening_with_a_different_schema_says_what_differs(spark, table, running):
+    before = snapshot_of(spark, table, running.journal.path)
+    with pytest.raises(SchemaMismatchError, match="missing item; extra price"):
+        DeltaSink.open(spark, str(table), schema="order_id BIGINT, price DOUBLE")
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_a_checkpoint_id_going_backwards_is_refused(spark, table, running):
+    before = snapshot_of(spark, table, running.journal.path)
+    with pytest.raises(CheckpointOrderError, match="checkpoint 1 goes backwards"):
+        running.snapshot_state(1)
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_commit_of_an_unknown_checkpoint_is_refused(spark, table, running):
+    before = snapshot_of(spark, table, running.journal.path)
+    with pytest.raises(UnknownCheckpointError, match="checkpoint 9 was never snapshotted"):
+        running.notify_checkpoint_complete(9)
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_commit_of_an_aborted_checkpoint_is_refused(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1]))
+    sink.close()  # aborts checkpoint 1
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [2]))
+    sink.checkpoint()  # checkpoint 2
+    before = snapshot_of(spark, table, sink.journal.path)
+    with pytest.raises(UnknownCheckpointError, match=r"checkpoint 1 .*journal says: aborted"):
+        sink.notify_checkpoint_complete(1)
+    assert snapshot_of(spark, table, sink.journal.path) == before
+    sink.notify_checkpoint_complete(2)
+    assert visible_ids(spark, table) == [2]
+    sink.close()
+
+
+def test_a_missing_table_without_schema_is_refused(spark, table):
+    with pytest.raises(TableNotFoundError, match=r"no Delta table at .*pass schema="):
+        DeltaSink.open(spark, str(table))
+    assert not table.exists()
+
+
+def test_a_missing_journal_for_an_existing_table_is_refused(spark, table, running, tmp_path):
+    before = delta_version(spark, table)
+    elsewhere = tmp_path / "other-journal"
+    with pytest.raises(ConfigurationError, match=r"journaled in .*_lakesink_journal"):
+        open_sink(spark, table, journal_path=str(elsewhere))
+    assert not elsewhere.exists()
+    assert delta_version(spark, table) == before
+
+
+def test_a_table_of_another_sink_is_refused(spark, table, running):
+    with pytest.raises(ConfigurationError, match="belongs to sink id 'orders', not 'payments'"):
+        open_sink(spark, table, sink_id="payments")
+
+
+def test_the_journal_is_queryable_with_plain_sql(spark, table, running):
+    journal = running.journal.path
+    rows_ = spark.sql(
+        f"SELECT checkpoint_id, state FROM delta.`{journal}` "
+        f"WHERE sink_id = 'orders' AND checkpoint_id = 1 ORDER BY event_time"
+    ).collect()
+    assert [(r.checkpoint_id, r.state) for r in rows_] == [
+        (1, "open"),
+        (1, "pre_committed"),
+        (1, "committing"),
+        (1, "committed"),
+    ]
+    row = spark.sql(f"SELECT * FROM delta.`{journal}` WHERE state = 'committed'").first()
+    assert row.row_count == 1 and row.writer_id == "0" and row.txn_id
+
+
+def test_the_masked_rows_carry_checkpoint_and_transaction(spark, table, running):
+    raw = spark.read.format("delta").load(str(table))
+    (row,) = raw.collect()
+    assert row[CHECKPOINT_ID] == 1 and row[VISIBLE] is True and len(row[TXN_ID]) == 32
