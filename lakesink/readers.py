@@ -31,7 +31,13 @@ def committed(spark: SparkSession, path: str, *, version: int | None = None) -> 
 def create_committed_view(
     spark: SparkSession, path: str, view_name: str, columns: Sequence[str]
 ) -> None:
-    """Create or replace the catalog view ``view_name`` showing only committed rows."""
+    """Create or replace the catalog view ``view_name`` showing only committed rows.
+
+    A qualified name (``db.view``) creates its database if missing.
+    """
+    if "." in view_name:
+        database = view_name.rsplit(".", 1)[0]
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_name(database)}")
     select = ", ".join(quote_identifier(c) for c in columns)
     spark.sql(
         f"CREATE OR REPLACE VIEW {quote_name(view_name)} AS "

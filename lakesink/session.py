@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Mapping
 from importlib.metadata import version
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,7 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 MASTER_ENV = "LAKESINK_SPARK_MASTER"
+METASTORE_ENV = "LAKESINK_METASTORE_DIR"
 
 
 def delta_maven_coordinate() -> str:
@@ -37,6 +39,7 @@ def spark_session(
     existing: SparkSession | None = None,
     conf: Mapping[str, str] | None = None,
     ivy_dir: str | None = None,
+    metastore_dir: str | None = None,
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -48,6 +51,10 @@ def spark_session(
         conf: Extra Spark settings, applied last.
         ivy_dir: Where Spark caches the Delta jars it fetches from Maven Central.
             Default: ``$LAKESINK_IVY_DIR``, else Spark's own (``~/.ivy2.5.2``).
+        metastore_dir: Keep the catalog (the committed views) in an embedded Derby
+            metastore in this folder, so views outlive the session. Derby admits one
+            process at a time. Default: ``$LAKESINK_METASTORE_DIR``, else an in-memory
+            catalog that forgets views when the session ends.
 
     Raises:
         ConfigurationError: ``existing`` has no Delta extension or catalog.
@@ -70,6 +77,18 @@ def spark_session(
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
     if ivy_dir:
         builder = builder.config("spark.jars.ivy", ivy_dir)
+    metastore_dir = metastore_dir or os.environ.get(METASTORE_ENV)
+    if metastore_dir:
+        folder = Path(metastore_dir).resolve()
+        builder = (
+            builder.enableHiveSupport()
+            .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
+            .config(
+                "spark.hadoop.javax.jdo.option.ConnectionURL",
+                f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+            )
+            .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={folder}")
+        )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = configure_spark_with_delta_pip(builder).getOrCreate()

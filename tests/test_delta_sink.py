@@ -284,6 +284,39 @@ def test_commit_while_another_writer_keeps_appending(spark, table):
     appender.close()
 
 
+def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table):
+    sink = open_sink(spark, table)
+    ghost = open_sink(spark, table, writer_id="ghost")
+    ghost.write(rows(spark, [-1]))
+    ghost.checkpoint()  # pre-committed, never notified: its row must never show
+    ghost.write(rows(spark, [-2]))  # open, never pre-committed
+    batches = [list(range(n * 100, n * 100 + 100)) for n in range(4)]
+    stop = threading.Event()
+    seen: list[frozenset[int]] = []
+
+    def read_continuously():
+        while not stop.is_set():
+            seen.append(frozenset(r.order_id for r in spark.table(sink.view_name).collect()))
+
+    reader = threading.Thread(target=read_continuously)
+    reader.start()
+    try:
+        for batch in batches:
+            sink.write(rows(spark, batch))
+            sink.notify_checkpoint_complete(sink.checkpoint())
+    finally:
+        stop.set()
+        reader.join()
+
+    # Every snapshot a reader saw is exactly the first k committed batches, nothing else.
+    allowed = [frozenset().union(*map(frozenset, batches[:k])) for k in range(len(batches) + 1)]
+    assert len(seen) > 5
+    assert all(snapshot in allowed for snapshot in seen), "a reader saw a partial or pending row"
+    assert visible_ids(spark, table) == sorted(allowed[-1])
+    sink.close()
+    ghost.close()
+
+
 def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, table):
     wide = ", ".join(f"c{i} INT" for i in range(40))
     sink = DeltaSink.open(spark, str(table), schema=wide, view_name="v_wide")
