@@ -176,7 +176,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self.commit_retry = commit_retry or CommitRetry()
         self._step_hook = step_hook
         self._app_id = f"lakesink:{self.sink_id}:{writer_id}"
-        self._steps: dict[str, int] = {}
+        self._steps: dict[str, int] = {}  # appends so far, per live transaction
+        self._rows: dict[str, int | None] = {}  # pre-committed row counts, for the journal
         self._failed: dict[str, str] = {}
         journal_path = str(Path(journal_path or default_journal_path(self.path)).resolve())
         self.schema, created = _ensure_table(
@@ -225,6 +226,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             )
             if status.state.committable:
                 mine.append(holder)
+                self._rows[status.txn_id] = status.row_count
             elif status.state is TxnState.OPEN:
                 open_ones.append(holder)
         # Only one transaction of a writer is open at a time; should an older one linger
@@ -246,8 +248,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     # ----------------------------------------------------------------- hooks
 
     def begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
+        # Journaled as open only at its first write: a transaction that never wrote has
+        # nothing to recover, and a checkpoint then costs no journal commit for it.
         txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
-        self.journal.record(self._entry(txn, TxnState.OPEN))
         self._steps[txn.txn_id] = 0
         return txn
 
@@ -261,6 +264,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"{transaction.checkpoint_id}; checkpoint more often"
             )
         version = transaction.checkpoint_id * STEPS_PER_CHECKPOINT + step
+        if step == 1:  # before any row lands, so recovery knows to abort it
+            self.journal.record(self._entry(transaction, TxnState.OPEN))
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             try:
                 self._step("before_append", transaction)
@@ -284,7 +289,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def pre_commit(self, transaction: DeltaTransaction) -> None:
         self._check_not_failed(transaction)
-        rows = self._count(transaction)
+        rows = self._count(transaction) if self._steps[transaction.txn_id] else 0
+        self._rows[transaction.txn_id] = rows
         self._step("before_pre_commit_record", transaction)
         self.journal.record(self._entry(transaction, TxnState.PRE_COMMITTED, row_count=rows))
         log.info(
@@ -292,20 +298,25 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         )
 
     def commit(self, transaction: DeltaTransaction) -> None:
+        rows = self._rows.get(transaction.txn_id)
         self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1))
         self._step("after_commit_decision", transaction)
-        flipped = self._flip(transaction)
+        flipped = self._flip(transaction) if rows != 0 else 0
         self._step("after_flip", transaction)
         self.journal.record(
             self._entry(
                 transaction,
                 TxnState.COMMITTED,
-                row_count=self._count(transaction),
+                row_count=rows,
                 detail=f"{flipped} rows made visible by this attempt",
             )
         )
+        self._rows.pop(transaction.txn_id, None)
 
     def abort(self, transaction: DeltaTransaction) -> None:
+        if self._steps.get(transaction.txn_id) == 0:
+            del self._steps[transaction.txn_id]  # never wrote, never journaled: nothing to undo
+            return
         self.journal.record(
             self._entry(
                 transaction,
