@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed-stamp
 export LAKESINK_IVY_DIR ?= $(CURDIR)/.cache/ivy
 PYTEST_ARGS ?=
 
-.PHONY: setup lint format test test-fast demo clean
+METASTORE_DIR := $(CURDIR)/.cache/metastore
+METASTORE_PORT ?= 1527
+
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down
 
 setup: $(STAMP)
 
@@ -36,6 +39,14 @@ test-fast: lint
 
 demo: $(STAMP)
 	$(BIN)/python jobs/smoke.py --path demo-output/smoke
+
+# A shared Hive metastore (Derby network server on 127.0.0.1) for writers and SQL readers
+# in several processes at once; pass the URL it prints as LAKESINK_METASTORE_URL.
+metastore-up: $(STAMP)
+	$(BIN)/lakesink metastore start --dir $(METASTORE_DIR) --port $(METASTORE_PORT)
+
+metastore-down: $(STAMP)
+	$(BIN)/lakesink metastore stop --dir $(METASTORE_DIR) --port $(METASTORE_PORT)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

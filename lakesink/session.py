@@ -21,6 +21,7 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 MASTER_ENV = "LAKESINK_SPARK_MASTER"
 METASTORE_ENV = "LAKESINK_METASTORE_DIR"
+METASTORE_URL_ENV = "LAKESINK_METASTORE_URL"
 
 
 def delta_maven_coordinate() -> str:
@@ -40,6 +41,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     ivy_dir: str | None = None,
     metastore_dir: str | None = None,
+    metastore_url: str | None = None,
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -55,13 +57,33 @@ def spark_session(
             metastore in this folder, so views outlive the session. Derby admits one
             process at a time. Default: ``$LAKESINK_METASTORE_DIR``, else an in-memory
             catalog that forgets views when the session ends.
+        metastore_url: Keep the catalog in the Hive metastore of a Derby network server
+            (``lakesink metastore start`` prints this ``jdbc:derby://...`` URL; ``host:port``
+            also works), which many processes share at once: a writer job and SQL readers
+            elsewhere see the same views. The Derby client jar is fetched next to the Ivy
+            cache if missing. Default: ``$LAKESINK_METASTORE_URL``. An argument wins over
+            the other option's environment variable.
 
     Raises:
-        ConfigurationError: ``existing`` has no Delta extension or catalog.
+        ConfigurationError: ``existing`` has no Delta extension or catalog; or both
+            ``metastore_dir`` and ``metastore_url`` are given.
     """
+    if metastore_dir and metastore_url:
+        raise ConfigurationError(
+            "give either metastore_dir (embedded Derby, one process) or metastore_url "
+            "(shared network server), not both"
+        )
     if existing is not None:
         _check_delta(existing)
         return existing
+    if not metastore_dir and not metastore_url:
+        metastore_dir = os.environ.get(METASTORE_ENV)
+        metastore_url = os.environ.get(METASTORE_URL_ENV)
+        if metastore_dir and metastore_url:
+            raise ConfigurationError(
+                f"both ${METASTORE_ENV} and ${METASTORE_URL_ENV} are set; unset one of them "
+                "(the first is an embedded one-process metastore, the second a shared server)"
+            )
     from delta import configure_spark_with_delta_pip
 
     builder = (
@@ -77,7 +99,6 @@ def spark_session(
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
     if ivy_dir:
         builder = builder.config("spark.jars.ivy", ivy_dir)
-    metastore_dir = metastore_dir or os.environ.get(METASTORE_ENV)
     if metastore_dir:
         folder = Path(metastore_dir).resolve()
         builder = (
@@ -89,12 +110,37 @@ def spark_session(
             )
             .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={folder}")
         )
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    if metastore_url:
+        builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = configure_spark_with_delta_pip(builder).getOrCreate()
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session
+
+
+def _network_metastore(
+    builder: SparkSession.Builder, url: str, ivy_dir: str | None, conf: dict[str, str]
+) -> SparkSession.Builder:
+    from lakesink.metastore import client_jar, default_jars_dir, metastore_confs
+
+    settings = metastore_confs(url, client_jar(default_jars_dir(ivy_dir)))
+    class_path = "spark.driver.extraClassPath"
+    if conf.get(class_path):  # keep the caller's entries, and the Derby client too
+        conf[class_path] = os.pathsep.join([settings[class_path], conf[class_path]])
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        log.warning(
+            "the driver JVM is already running, so the Derby client jar cannot join its class "
+            "path now; pass it to spark-submit: --driver-class-path %s",
+            settings[class_path],
+        )
+    builder = builder.enableHiveSupport()
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    log.info("catalog in the shared metastore %s", url)
+    return builder
 
 
 def _check_delta(session: SparkSession) -> None:
