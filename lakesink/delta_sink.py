@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -155,7 +156,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         timeout_warning_ratio: float | None = None,
     ) -> None:
         self.path = str(Path(path).resolve())
-        self.sink_id = sink_id or Path(self.path).name
+        self.sink_id = self.default_sink_id(path, sink_id)
         self.writer_id = writer_id
         if not self.sink_id or not writer_id:
             raise ConfigurationError("sink_id and writer_id must not be empty")
@@ -192,52 +193,77 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"LOCATION {string_literal(self.path)}"
             )
 
-    @classmethod
-    def open(cls, spark: SparkSession, path: str, **options: object) -> DeltaSink:
-        """Create or open the table, recover from the journal, register the committed view.
+    @staticmethod
+    def default_sink_id(path: str, sink_id: str | None = None) -> str:
+        """The sink id a sink at ``path`` gets: ``sink_id`` if given, else the folder name."""
+        return sink_id or Path(path).resolve().name
 
-        Recovery follows Flink's rules: this writer's pre-committed and decided transactions
-        are committed (idempotently), its open one is aborted, and the new transaction's
-        checkpoint id is above every id this writer used and every id any writer of the
-        sink has pre-committed.
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        path: str,
+        *,
+        restore: SinkState[DeltaTransaction] | Literal["journal"] | None = "journal",
+        **options: object,
+    ) -> DeltaSink:
+        """Create or open the table, recover, register the committed view.
+
+        Args:
+            restore: ``"journal"`` (standalone use): every transaction this writer
+                pre-committed is committed. Otherwise the state of the last *completed*
+                checkpoint as a checkpoint coordinator recorded it (``None``: none completed
+                yet): only its pre-committed transactions are committed, and ones
+                pre-committed after it are aborted, because their input is replayed.
+            **options: The constructor's keyword options.
         """
         sink = cls(spark, path, **options)  # type: ignore[arg-type]
-        sink.initialize_state(sink.restored_state())
+        committable = (
+            None
+            if restore == "journal"
+            else {h.handle.txn_id for h in (restore.pending_commit if restore else ())}
+        )
+        sink.initialize_state(sink.restored_state(committable))
         create_committed_view(spark, sink.path, sink.view_name, sink.schema.fieldNames())
         return sink
 
-    def restored_state(self) -> SinkState[DeltaTransaction]:
-        """What the journal says this writer left behind, as a protocol state."""
-        mine: list[TransactionHolder[DeltaTransaction]] = []
-        open_ones: list[TransactionHolder[DeltaTransaction]] = []
+    def restored_state(self, committable: set[str] | None = None) -> SinkState[DeltaTransaction]:
+        """Rebuild this writer's protocol state from the journal, aborting the leftovers.
+
+        Failure scenarios it handles, for this writer's transactions:
+
+        1. Decided (``committing``): the commit decision was made for a completed
+           checkpoint, so it is committed whatever else is known.
+        2. Pre-committed: committed if ``committable`` is None (the journal is the
+           checkpoint record) or names it; otherwise its checkpoint never completed, its
+           input is replayed, so it is aborted (Flink's lingering transaction).
+        3. Open: never pre-committed, so aborted.
+        4. Checkpoint ids go on above every id this writer used and every id any writer of
+           the sink pre-committed, so no id is reused and writers started together share.
+        """
+        pending: list[TransactionHolder[DeltaTransaction]] = []
         last_id = 0
         for status in self.journal.transactions(self.sink_id):
             if status.writer_id != self.writer_id:
-                if status.state.rank >= TxnState.PRE_COMMITTED.rank and (
-                    status.state is not TxnState.ABORTED
-                ):
+                if status.state.committable or status.state is TxnState.COMMITTED:
                     last_id = max(last_id, status.checkpoint_id)
                 continue
             last_id = max(last_id, status.checkpoint_id)
-            holder = TransactionHolder(
-                DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id),
-                status.checkpoint_id,
-                int(status.opened_at.timestamp() * 1000),
+            txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+            decided = status.state is TxnState.COMMITTING
+            checkpointed = status.state is TxnState.PRE_COMMITTED and (
+                committable is None or status.txn_id in committable
             )
-            if status.state.committable:
-                mine.append(holder)
+            if decided or checkpointed:
+                started_ms = int(status.opened_at.timestamp() * 1000)
+                pending.append(TransactionHolder(txn, status.checkpoint_id, started_ms))
                 self._rows[status.txn_id] = status.row_count
-            elif status.state is TxnState.OPEN:
-                open_ones.append(holder)
-        # Only one transaction of a writer is open at a time; should an older one linger
-        # anyway, it was never pre-committed either, so it is aborted like the last one.
-        for stale in open_ones[:-1]:
-            self.recover_and_abort(stale.handle)
-        return SinkState(
-            pending_commit=tuple(mine),
-            current=open_ones[-1] if open_ones else None,
-            last_checkpoint_id=last_id,
-        )
+            elif status.state in (TxnState.OPEN, TxnState.PRE_COMMITTED):
+                self.recover_and_abort(txn)
+                log.info(
+                    "%s: aborted leftover %s transaction %s", self.name, status.state.value, txn
+                )
+        return SinkState(pending_commit=tuple(pending), last_checkpoint_id=last_id)
 
     def checkpoint(self) -> int:
         """Pre-commit the open transaction; return its checkpoint id for the commit."""
