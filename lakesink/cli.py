@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 
 from lakesink import __version__
+from lakesink.errors import LakesinkError
 
 __all__ = ["main"]
 
@@ -41,6 +45,67 @@ def _metastore(args: argparse.Namespace) -> int:
         return 1
 
 
+def _session(args: argparse.Namespace):
+    from lakesink.session import spark_session
+
+    print("starting Spark ...", file=sys.stderr, flush=True)
+    spark = spark_session(master=args.master, app_name="lakesink-cli")
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _status(args: argparse.Namespace) -> int:
+    from lakesink.status import sink_status
+
+    spark = _session(args)
+    now = datetime.now(timezone.utc)
+    reports = [sink_status(spark, str(Path(table).resolve())).as_dict(now) for table in args.table]
+    if args.json:
+        print(json.dumps(reports, indent=2, default=str))
+        return 0
+    for report in reports:
+        print(f"sink {report['sink_id']}  ({report['table']})")
+        print(
+            f"  last committed checkpoint: {report['last_committed_checkpoint']}"
+            f"   committed rows: {report['committed_rows']}"
+        )
+        for kind in ("pending", "aborted"):
+            rows = report[kind]
+            print(f"  {kind}: {len(rows)}")
+            for txn in rows:
+                error = f"  error: {txn['last_error']}" if txn["last_error"] else ""
+                print(
+                    f"    checkpoint {txn['checkpoint_id']:>5}  {txn['state']:<13} "
+                    f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
+                    f"rows {txn['rows'] if txn['rows'] is not None else '?'}{error}"
+                )
+    return 0
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    from lakesink.coordinator import CheckpointStore
+
+    spark = _session(args)
+    records = CheckpointStore(spark, args.state).history(args.job_id)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
+        return 0
+    print(f"{'checkpoint':>10}  {'completed at (UTC)':<26} {'files':>5} {'rows':>8}  quarantined")
+    for r in records:
+        quarantined = ", ".join(f"{q.file} ({q.reason})" for q in r.quarantined)
+        print(
+            f"{r.checkpoint_id:>10}  {r.completed_at:%Y-%m-%d %H:%M:%S.%f}  "
+            f"{len(r.files):>5} {r.row_count:>8}  {quarantined}"
+        )
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from lakesink.ingest import main as ingest_main
+
+    return ingest_main(args.ingest_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesink",
@@ -72,6 +137,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--port", type=int, default=1527, help="TCP port (default: %(default)s)")
     server.set_defaults(func=_metastore)
+
+    status = commands.add_parser(
+        "status",
+        help="where each sink stands: last commit, pending and aborted transactions",
+        description="Per sink: the last committed checkpoint, committed rows, and every "
+        "pending (open, pre-committed, committing) and aborted transaction with its age, "
+        "rows and last error. Exit 0, or 2 when a table is not a lakesink table.",
+    )
+    status.add_argument("table", nargs="+", help="path of a lakesink table")
+    status.set_defaults(func=_status)
+
+    checkpoints = commands.add_parser(
+        "checkpoints",
+        help="the checkpoint history of an ingest job",
+        description="Every completed checkpoint of a job: time, files, rows, quarantined files.",
+    )
+    checkpoints.add_argument("--state", required=True, help="the job's --state folder")
+    checkpoints.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
+    checkpoints.set_defaults(func=_checkpoints)
+    for sub in (status, checkpoints):
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        sub.add_argument("--master", help="Spark master URL (default local[*])")
+
+    ingest = commands.add_parser(
+        "ingest",
+        help="run the ingest job (landing folder -> lakesink tables)",
+        add_help=False,
+        description="Run the ingest job; see lakesink ingest --help.",
+    )
+    ingest.add_argument("ingest_args", nargs=argparse.REMAINDER)
+    ingest.set_defaults(func=_ingest)
     return parser
 
 
@@ -81,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except LakesinkError as error:
+        print(f"lakesink {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from lakesink.file_source import Quarantined, SourcePosition
 from lakesink.protocol import SinkState
 from lakesink.sql import delta_path, string_literal
 
-__all__ = ["CheckpointCoordinator", "CheckpointRecord", "JobLockedError"]
+__all__ = ["CheckpointCoordinator", "CheckpointRecord", "CheckpointStore", "JobLockedError"]
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,50 @@ class CheckpointRecord:
     quarantined: tuple[Quarantined, ...] = ()
     row_count: int = 0
 
+    def as_dict(self) -> dict:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "completed_at": self.completed_at.isoformat(),
+            "files": list(self.files),
+            "row_count": self.row_count,
+            "quarantined": [{"file": q.file, "reason": q.reason} for q in self.quarantined],
+        }
+
     def sink_state(self, sink_id: str) -> SinkState[DeltaTransaction] | None:
         text = self.sink_states.get(sink_id)
         return SinkState.from_json(text, DeltaTransaction) if text else None
+
+
+class CheckpointStore:
+    """The checkpoint table under ``state_dir``: one append-only row per completed checkpoint."""
+
+    def __init__(self, spark: SparkSession, state_dir: str) -> None:
+        from delta.tables import DeltaTable
+
+        self.spark = spark
+        self.path = str(Path(state_dir).resolve() / "checkpoints")
+        if not DeltaTable.isDeltaTable(spark, self.path):
+            (
+                DeltaTable.createIfNotExists(spark)
+                .location(self.path)
+                .addColumns(spark.createDataFrame([], CHECKPOINTS_SCHEMA).schema)
+                .property("delta.appendOnly", "true")
+                .execute()
+            )
+
+    def append(self, record: CheckpointRecord) -> None:
+        """Record a checkpoint in one Delta commit: the moment it completes."""
+        frame = self.spark.createDataFrame([_row(record)], CHECKPOINTS_SCHEMA)
+        frame.write.format("delta").mode("append").save(self.path)
+
+    def history(self, job_id: str, *, latest_only: bool = False) -> list[CheckpointRecord]:
+        """The completed checkpoints of a job, oldest first (or just the latest)."""
+        order = "DESC LIMIT 1" if latest_only else "ASC"
+        rows = self.spark.sql(
+            f"SELECT * FROM {delta_path(self.path)} "
+            f"WHERE job_id = {string_literal(job_id)} ORDER BY checkpoint_id {order}"
+        ).collect()
+        return [_record(row.asDict()) for row in rows]
 
 
 class CheckpointCoordinator:
@@ -84,43 +125,19 @@ class CheckpointCoordinator:
         self.job_id = job_id
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.table = str(self.state_dir / "checkpoints")
         self._step_hook = step_hook
         self._lock = self.state_dir / f"{job_id}.lock"
         self._take_lock()
-        self._ensure_table()
+        self.store = CheckpointStore(spark, str(self.state_dir))
         self.last = self.latest()
         self.sinks: dict[str, DeltaSink] = {}
 
     # ------------------------------------------------------------------ state
 
-    def _ensure_table(self) -> None:
-        from delta.tables import DeltaTable
-
-        if not DeltaTable.isDeltaTable(self.spark, self.table):
-            (
-                DeltaTable.createIfNotExists(self.spark)
-                .location(self.table)
-                .addColumns(self.spark.createDataFrame([], CHECKPOINTS_SCHEMA).schema)
-                .property("delta.appendOnly", "true")
-                .execute()
-            )
-
-    def history(self) -> list[CheckpointRecord]:
-        """Every completed checkpoint of the job, oldest first."""
-        rows = self.spark.sql(
-            f"SELECT * FROM {delta_path(self.table)} "
-            f"WHERE job_id = {string_literal(self.job_id)} ORDER BY checkpoint_id"
-        ).collect()
-        return [_record(row.asDict()) for row in rows]
-
     def latest(self) -> CheckpointRecord | None:
         """The last completed checkpoint, or None before the first."""
-        rows = self.spark.sql(
-            f"SELECT * FROM {delta_path(self.table)} "
-            f"WHERE job_id = {string_literal(self.job_id)} ORDER BY checkpoint_id DESC LIMIT 1"
-        ).collect()
-        return _record(rows[0].asDict()) if rows else None
+        records = self.store.history(self.job_id, latest_only=True)
+        return records[0] if records else None
 
     @property
     def position(self) -> SourcePosition:
@@ -175,9 +192,7 @@ class CheckpointCoordinator:
             quarantined=quarantined,
             row_count=row_count,
         )
-        self.spark.createDataFrame([_row(record)], CHECKPOINTS_SCHEMA).write.format("delta").mode(
-            "append"
-        ).save(self.table)
+        self.store.append(record)
         self.last = record
         log.info(
             "checkpoint %d of job %s complete (%d files)", checkpoint_id, self.job_id, len(files)

@@ -32,3 +32,41 @@ def test_no_command_prints_help_and_fails():
     result = run()
     assert result.returncode == 2
     assert "usage: lakesink" in result.stdout
+
+
+def test_status_shows_last_commit_pending_and_aborted(spark, tmp_path, capsys):
+    import json
+
+    from lakesink import DeltaSink
+    from lakesink.cli import main
+
+    path = str(tmp_path / "orders")
+    schema = "order_id BIGINT"
+    sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_status")
+    sink.write(spark.createDataFrame([(1,), (2,)], schema))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.write(spark.createDataFrame([(3,)], schema))
+    sink.checkpoint()  # checkpoint 2 stays pre-committed
+    sink.write(spark.createDataFrame([(4,)], schema))
+    sink.close()  # checkpoint 3 is aborted
+
+    assert main(["status", path]) == 0
+    human = capsys.readouterr().out
+    assert "last committed checkpoint: 1   committed rows: 2" in human
+    assert "pending: 1" in human and "pre_committed" in human
+    assert "aborted: 1" in human
+
+    assert main(["status", "--json", path]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["last_committed_checkpoint"] == 1
+    assert [(t["checkpoint_id"], t["state"], t["rows"]) for t in report["pending"]] == [
+        (2, "pre_committed", 1)
+    ]
+    assert [t["checkpoint_id"] for t in report["aborted"]] == [3]
+
+
+def test_status_of_a_path_without_a_lakesink_table_exits_2(spark, tmp_path, capsys):
+    from lakesink.cli import main
+
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+    assert "no Delta table at" in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""What an operator asks first: where each sink stands, and the job's checkpoint history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from lakesink.errors import TableNotFoundError
+from lakesink.journal import Journal, TransactionStatus, TxnState
+from lakesink.sql import delta_path
+
+__all__ = ["SinkStatus", "sink_status", "table_properties"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkStatus:
+    """A sink's state, folded from its journal."""
+
+    sink_id: str
+    table_path: str
+    journal_path: str
+    last_committed_checkpoint: int | None
+    committed_rows: int
+    pending: tuple[TransactionStatus, ...]  # open, pre-committed or being committed
+    aborted: tuple[TransactionStatus, ...]
+
+    def as_dict(self, now: datetime) -> dict:
+        def txn(status: TransactionStatus) -> dict:
+            return {
+                "checkpoint_id": status.checkpoint_id,
+                "txn_id": status.txn_id,
+                "writer_id": status.writer_id,
+                "state": status.state.value,
+                "age_seconds": round((now - status.opened_at).total_seconds(), 1),
+                "rows": status.row_count,
+                "last_error": status.last_error,
+            }
+
+        return {
+            "sink_id": self.sink_id,
+            "table": self.table_path,
+            "journal": self.journal_path,
+            "last_committed_checkpoint": self.last_committed_checkpoint,
+            "committed_rows": self.committed_rows,
+            "pending": [txn(s) for s in self.pending],
+            "aborted": [txn(s) for s in self.aborted],
+        }
+
+
+def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The Delta table properties of a lakesink table; raise if it is none."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        raise TableNotFoundError(f"no Delta table at {path}; pass the path of a lakesink table")
+    properties = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {}
+    if "lakesink.sinkId" not in properties:
+        raise TableNotFoundError(f"the Delta table at {path} was not written by lakesink")
+    return properties
+
+
+def sink_status(spark: SparkSession, path: str) -> SinkStatus:
+    """Where the sink writing the lakesink table at ``path`` stands."""
+    properties = table_properties(spark, path)
+    journal = Journal(spark, properties["lakesink.journal"], create=False)
+    transactions = journal.transactions(properties["lakesink.sinkId"])
+    committed = [s for s in transactions if s.state is TxnState.COMMITTED]
+    return SinkStatus(
+        sink_id=properties["lakesink.sinkId"],
+        table_path=path,
+        journal_path=journal.path,
+        last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
+        committed_rows=sum(s.row_count or 0 for s in committed),
+        pending=tuple(
+            s for s in transactions if s.state not in (TxnState.COMMITTED, TxnState.ABORTED)
+        ),
+        aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
+    )
