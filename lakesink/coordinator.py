@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,12 +18,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.delta_sink import DeltaSink, DeltaTransaction
-from lakesink.errors import CommitError, ConfigurationError, LakesinkError
+from lakesink.errors import CommitError, ConfigurationError
 from lakesink.file_source import Quarantined, SourcePosition
+from lakesink.lock import ProcessLock
 from lakesink.protocol import SinkState
 from lakesink.sql import delta_path, string_literal
 
-__all__ = ["CheckpointCoordinator", "CheckpointRecord", "CheckpointStore", "JobLockedError"]
+__all__ = ["CheckpointCoordinator", "CheckpointRecord", "CheckpointStore"]
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +35,6 @@ CHECKPOINTS_SCHEMA = (
 )
 
 StepHook = Callable[[str, int], None]
-
-
-class JobLockedError(LakesinkError):
-    """Raised when another live process already runs the job."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,8 +121,9 @@ class CheckpointCoordinator:
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._step_hook = step_hook
-        self._lock = self.state_dir / f"{job_id}.lock"
-        self._take_lock()
+        # One live process per job: a second one would commit the same input twice.
+        self._lock = ProcessLock(self.state_dir / f"{job_id}.lock", f"job {job_id!r}")
+        self._lock.acquire()
         self.store = CheckpointStore(spark, str(self.state_dir))
         self.last = self.latest()
         self.sinks: dict[str, DeltaSink] = {}
@@ -219,7 +215,7 @@ class CheckpointCoordinator:
         for sink in self.sinks.values():
             sink.close()
         self.sinks.clear()
-        self._lock.unlink(missing_ok=True)
+        self._lock.release()
 
     def __enter__(self) -> CheckpointCoordinator:
         return self
@@ -229,42 +225,9 @@ class CheckpointCoordinator:
 
     # -------------------------------------------------------------- internals
 
-    def _take_lock(self) -> None:
-        # One live process per job: a second one would commit the same input twice.
-        # A lock left by a dead process on this host (a crash, a kill -9) is taken over.
-        me = f"{socket.gethostname()} {os.getpid()}"
-        for _ in range(2):
-            try:
-                fd = os.open(self._lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                holder = self._lock.read_text().strip()
-                host, _, pid = holder.partition(" ")
-                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-                    log.warning("job %s: taking over the lock of dead process %s", self.job_id, pid)
-                    self._lock.unlink(missing_ok=True)
-                    continue
-                raise JobLockedError(
-                    f"job {self.job_id!r} is already running ({holder}, lock {self._lock}); "
-                    "if that process is gone, delete the lock file"
-                ) from None
-            with os.fdopen(fd, "w") as lock:
-                lock.write(me)
-            return
-        raise JobLockedError(f"could not take the lock {self._lock} of job {self.job_id!r}")
-
     def _step(self, name: str, checkpoint_id: int) -> None:
         if self._step_hook is not None:
             self._step_hook(name, checkpoint_id)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _row(record: CheckpointRecord) -> tuple:

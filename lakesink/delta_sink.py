@@ -39,6 +39,7 @@ from lakesink.errors import (
     TableNotFoundError,
 )
 from lakesink.journal import Journal, JournalEntry, TxnState, default_journal_path
+from lakesink.lock import ProcessLock
 from lakesink.protocol import Clock, SinkState, TransactionHolder, TwoPhaseCommitSink
 from lakesink.readers import VISIBLE, create_committed_view
 from lakesink.sql import delta_path, quote_identifier, quote_name, string_literal
@@ -177,6 +178,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self.commit_retry = commit_retry or CommitRetry()
         self._step_hook = step_hook
         self._app_id = f"lakesink:{self.sink_id}:{writer_id}"
+        # Two live processes as one writer would reuse txnVersions: Delta would silently
+        # skip one's appends. The lock file is hidden from Delta (leading underscore).
+        self._lock = ProcessLock(
+            Path(self.path) / f"_lakesink_writer_{writer_id}.lock",
+            f"writer {writer_id!r} of sink {self.sink_id!r}",
+        )
         self._steps: dict[str, int] = {}  # appends so far, per live transaction
         self._rows: dict[str, int | None] = {}  # pre-committed row counts, for the journal
         self._failed: dict[str, str] = {}
@@ -218,6 +225,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             **options: The constructor's keyword options.
         """
         sink = cls(spark, path, **options)  # type: ignore[arg-type]
+        sink._lock.acquire()
         committable = (
             None
             if restore == "journal"
@@ -351,6 +359,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             )
         )
         self._steps.pop(transaction.txn_id, None)
+
+    def release(self) -> None:
+        self._lock.release()
 
     def explain_unknown_checkpoint(self, checkpoint_id: int) -> str:
         states = sorted(

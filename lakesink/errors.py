@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "AlreadyRunningError",
     "CheckpointOrderError",
     "CommitError",
     "ConfigurationError",
@@ -47,6 +48,10 @@ class CommitError(LakesinkError):
     def __init__(self, message: str, failures: Sequence[tuple[int, BaseException]]) -> None:
         super().__init__(message)
         self.failures = tuple(failures)
+
+
+class AlreadyRunningError(LakesinkError):
+    """Raised when another live process already runs the same job or sink writer."""
 
 
 class SchemaMismatchError(LakesinkError):

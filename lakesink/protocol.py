@@ -235,6 +235,9 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """Abort a transaction restored from a snapshot; it was never pre-committed."""
         self.abort(transaction)
 
+    def release(self) -> None:
+        """Free what the sink holds (locks, connections); called last by ``close``."""
+
     def explain_unknown_checkpoint(self, checkpoint_id: int) -> str:
         """Say what became of a checkpoint that has nothing pending, for error messages."""
         return "it was committed before, or never pre-committed"
@@ -382,9 +385,12 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             return
         self._closed = True
         current, self._current = self._current, None
-        if current is not None:
-            log.info("%s: closing, aborting open transaction %r", self.name, current)
-            self.abort(current.handle)
+        try:
+            if current is not None:
+                log.info("%s: closing, aborting open transaction %r", self.name, current)
+                self.abort(current.handle)
+        finally:
+            self.release()
 
     @property
     def current_checkpoint_id(self) -> int:

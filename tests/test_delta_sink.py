@@ -12,6 +12,7 @@ import pytest
 from lakesink import committed
 from lakesink.delta_sink import CHECKPOINT_ID, TXN_ID, VISIBLE, DeltaSink
 from lakesink.errors import (
+    AlreadyRunningError,
     CheckpointOrderError,
     CommitError,
     ConfigurationError,
@@ -479,3 +480,26 @@ def test_the_masked_rows_carry_checkpoint_and_transaction(spark, table, running)
     raw = spark.read.format("delta").load(str(table))
     (row,) = raw.collect()
     assert row[CHECKPOINT_ID] == 1 and row[VISIBLE] is True and len(row[TXN_ID]) == 32
+
+
+def test_a_second_live_process_as_the_same_writer_is_refused(spark, table, running):
+    import os
+    import socket
+    import subprocess
+
+    lock = table / "_lakesink_writer_0.lock"
+    before = snapshot_of(spark, table, running.journal.path)
+    holder = subprocess.Popen(["sleep", "60"])  # a live process that "holds" the writer
+    try:
+        lock.write_text(f"{socket.gethostname()} {holder.pid}")
+        with pytest.raises(AlreadyRunningError, match=r"writer '0' of sink 'orders'.*running"):
+            open_sink(spark, table)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert snapshot_of(spark, table, running.journal.path) == before
+    # Now the holder is dead: its lock is stale and taken over.
+    reopened = open_sink(spark, table)
+    assert lock.read_text() == f"{socket.gethostname()} {os.getpid()}"
+    reopened.close()
+    assert not lock.exists()

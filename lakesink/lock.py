@@ -1,0 +1,74 @@
+"""A lock file that fences a second live process out of the same job or writer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+from lakesink.errors import AlreadyRunningError
+
+__all__ = ["ProcessLock"]
+
+log = logging.getLogger(__name__)
+
+
+class ProcessLock:
+    """Hold ``path`` exclusively for this process while it runs ``what``.
+
+    A lock left by a dead process on this host (a crash, a ``kill -9``), or by this very
+    process (an instance that was abandoned, not closed), is taken over. A lock of a live
+    process, or of another host, is refused: two writers would commit the same input twice.
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._me = f"{socket.gethostname()} {os.getpid()}"
+
+    def acquire(self) -> None:
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if not self._stale():
+                    holder = self.path.read_text().strip()
+                    raise AlreadyRunningError(
+                        f"{self.what} is already running ({holder}; lock {self.path}); "
+                        "stop it first, or delete the lock file if that process is gone"
+                    ) from None
+                log.warning("taking over the lock %s of a dead process", self.path)
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as lock:
+                lock.write(self._me)
+            return
+        raise AlreadyRunningError(f"could not take the lock {self.path} of {self.what}")
+
+    def release(self) -> None:
+        try:
+            if self.path.read_text().strip() == self._me:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def _stale(self) -> bool:
+        try:
+            holder = self.path.read_text().strip()
+        except FileNotFoundError:
+            return True
+        host, _, pid = holder.partition(" ")
+        if host != socket.gethostname() or not pid.isdigit():
+            return False
+        return holder == self._me or not _alive(int(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
