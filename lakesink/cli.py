@@ -100,6 +100,37 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolve(args: argparse.Namespace) -> int:
+    from lakesink.manual import pending_transactions, resolve_checkpoint
+
+    spark = _session(args)
+    table = str(Path(args.table).resolve())
+    found = pending_transactions(spark, table, args.checkpoint)
+    rows = sum(t.row_count or 0 for t in found)
+    question = (
+        f"{args.command} checkpoint {args.checkpoint} of {table}: {len(found)} transaction(s), "
+        f"{rows} rows ({', '.join(sorted({t.state.value for t in found}))})?"
+    )
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                f"{question}\nrefusing without a terminal to confirm; pass --yes", file=sys.stderr
+            )
+            return 2
+        if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing changed")
+            return 1
+    done = resolve_checkpoint(
+        spark,
+        table,
+        args.checkpoint,
+        args.command,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(f"{args.command}ed checkpoint {args.checkpoint}: {len(done)} transaction(s)")
+    return 0
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from lakesink.ingest import main as ingest_main
 
@@ -156,8 +187,29 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--state", required=True, help="the job's --state folder")
     checkpoints.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
     checkpoints.set_defaults(func=_checkpoints)
+    resolve = {}
+    for action, effect in (
+        (
+            "commit",
+            "make its rows visible (only if its checkpoint really completed: a job "
+            "that replays its input would then duplicate it)",
+        ),
+        ("abort", "its rows never become visible (the vacuum job removes them)"),
+    ):
+        resolve[action] = commands.add_parser(
+            action,
+            help=f"{action} a pending checkpoint by hand (operator recovery)",
+            description=f"{action.capitalize()} every pending transaction of a checkpoint of a "
+            f"sink: {effect}. Asks for confirmation unless --yes. The writers must not be "
+            "running. Exit 0 done, 1 declined, 2 bad input.",
+        )
+        resolve[action].add_argument("table", help="path of the lakesink table")
+        resolve[action].add_argument("--checkpoint", type=int, required=True)
+        resolve[action].add_argument("--yes", action="store_true", help="do not ask")
+        resolve[action].set_defaults(func=_resolve)
     for sub in (status, checkpoints):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+    for sub in (status, checkpoints, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
     ingest = commands.add_parser(

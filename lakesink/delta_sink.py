@@ -38,7 +38,13 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.journal import Journal, JournalEntry, TxnState, default_journal_path
+from lakesink.journal import (
+    Journal,
+    JournalEntry,
+    TransactionStatus,
+    TxnState,
+    default_journal_path,
+)
 from lakesink.lock import ProcessLock
 from lakesink.protocol import Clock, SinkState, TransactionHolder, TwoPhaseCommitSink
 from lakesink.readers import VISIBLE, create_committed_view
@@ -272,6 +278,22 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     "%s: aborted leftover %s transaction %s", self.name, status.state.value, txn
                 )
         return SinkState(pending_commit=tuple(pending), last_checkpoint_id=last_id)
+
+    def resolve_by_hand(self, status: TransactionStatus, *, commit: bool) -> None:
+        """Commit or abort one journaled transaction of this writer (operator recovery).
+
+        Takes the writer's lock, so it refuses while the writer runs.
+        """
+        txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+        self._lock.acquire()
+        try:
+            if commit:
+                self._rows[txn.txn_id] = status.row_count
+                self.recover_and_commit(txn)
+            else:
+                self.recover_and_abort(txn)
+        finally:
+            self.release()
 
     def checkpoint(self) -> int:
         """Pre-commit the open transaction; return its checkpoint id for the commit."""

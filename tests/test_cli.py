@@ -70,3 +70,26 @@ def test_status_of_a_path_without_a_lakesink_table_exits_2(spark, tmp_path, caps
 
     assert main(["status", str(tmp_path / "nothing")]) == 2
     assert "no Delta table at" in capsys.readouterr().err
+
+
+def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
+    from lakesink import DeltaSink, committed
+    from lakesink.cli import main
+
+    path = str(tmp_path / "orders")
+    schema = "order_id BIGINT"
+    sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_manual")
+    sink.write(spark.createDataFrame([(1,)], schema))
+    sink.checkpoint()  # checkpoint 1: pre-committed
+    sink.write(spark.createDataFrame([(2,)], schema))
+    sink.checkpoint()  # checkpoint 2: pre-committed
+    sink.release()  # the writer "dies" without committing
+
+    # stdin is not a terminal under pytest: without --yes nothing is done
+    assert main(["commit", path, "--checkpoint", "1"]) == 2
+    assert "pass --yes" in capsys.readouterr().err
+    assert main(["commit", path, "--checkpoint", "1", "--yes"]) == 0
+    assert main(["abort", path, "--checkpoint", "2", "--yes"]) == 0
+    assert sorted(r.order_id for r in committed(spark, path).collect()) == [1]
+    assert main(["commit", path, "--checkpoint", "2", "--yes"]) == 2
+    assert "nothing pending in checkpoint 2" in capsys.readouterr().err
