@@ -37,8 +37,9 @@ test: lint
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# Sample orders, the ingest job killed mid-checkpoint and restarted, vacuum, the proof.
 demo: $(STAMP)
-	$(BIN)/python jobs/smoke.py --path demo-output/smoke
+	$(BIN)/python jobs/demo.py --out demo-output
 
 # A shared Hive metastore (Derby network server on 127.0.0.1) for writers and SQL readers
 # in several processes at once; pass the URL it prints as LAKESINK_METASTORE_URL.

@@ -41,6 +41,7 @@ _LAZY = {
     "committed": "lakesink.readers",
     "DeltaSink": "lakesink.delta_sink",
     "Journal": "lakesink.journal",
+    "vacuum": "lakesink.vacuum",
 }
 
 

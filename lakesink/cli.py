@@ -131,12 +131,6 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ingest(args: argparse.Namespace) -> int:
-    from lakesink.ingest import main as ingest_main
-
-    return ingest_main(args.ingest_args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesink",
@@ -212,18 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in (status, checkpoints, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
-    ingest = commands.add_parser(
-        "ingest",
-        help="run the ingest job (landing folder -> lakesink tables)",
-        add_help=False,
-        description="Run the ingest job; see lakesink ingest --help.",
-    )
-    ingest.add_argument("ingest_args", nargs=argparse.REMAINDER)
-    ingest.set_defaults(func=_ingest)
+    for job, summary in (
+        ("ingest", "run the ingest job (landing folder -> lakesink tables)"),
+        ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),
+    ):
+        commands.add_parser(job, help=summary)  # listed in --help; main() hands over
     return parser
 
 
+JOBS = {"ingest": "lakesink.ingest", "vacuum": "lakesink.vacuum_job"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in JOBS:  # the job parses its own options, --help included
+        from importlib import import_module
+
+        return import_module(JOBS[argv[0]]).main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -93,3 +93,10 @@ def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
     assert sorted(r.order_id for r in committed(spark, path).collect()) == [1]
     assert main(["commit", path, "--checkpoint", "2", "--yes"]) == 2
     assert "nothing pending in checkpoint 2" in capsys.readouterr().err
+
+
+def test_job_commands_have_their_own_help():
+    for job in ("ingest", "vacuum"):
+        result = run(job, "--help")
+        assert result.returncode == 0, result.stderr
+        assert f"usage: lakesink {job}" in result.stdout

@@ -1,0 +1,8 @@
+"""Runnable vacuum job (see ``lakesink vacuum --help``): python or spark-submit."""
+
+import sys
+
+from lakesink.vacuum_job import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Vacuum job: remove the rows and files of aborted and expired pending transactions.
+
+lakesink vacuum --table /data/orders [--dry-run] [--json]
+python jobs/vacuum.py --table /data/orders [--dry-run] [--json]
+spark-submit --packages "$(lakesink jars)" jobs/vacuum.py --table /data/orders
+
+Exit codes: 0 done, 2 bad options or input (the message says what to fix), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError
+
+if TYPE_CHECKING:
+    from lakesink.vacuum import VacuumReport
+
+log = logging.getLogger("lakesink.jobs.vacuum")
+
+# Delta's VACUUM lists the table's folders in this many Spark tasks (Spark's default: 10000),
+# which costs minutes of task scheduling on one machine whatever the table's size.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lakesink vacuum",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
+    parser.add_argument("--table", required=True, help="the lakesink table's folder")
+    parser.add_argument("--journal", help="the journal (default: the one the table records)")
+    parser.add_argument(
+        "--expire-open-hours",
+        type=float,
+        default=24.0,
+        help="abort and remove open transactions older than this (default 24)",
+    )
+    parser.add_argument(
+        "--retain-hours",
+        type=float,
+        help="Delta VACUUM retention (default: the table's deletedFileRetentionDuration)",
+    )
+    parser.add_argument(
+        "--allow-short-retention",
+        action="store_true",
+        help="permit a retention below the table's; only when nothing writes to it",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    args = parser.parse_args(argv)  # exits 2 on bad options
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,  # stdout carries the report (and only the report with --json)
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
+    try:
+        if args.expire_open_hours <= 0:
+            raise ConfigurationError(
+                f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
+            )
+        _check_local_table(args.table)
+        with _stdout_to_stderr():
+            report = _run(args)
+    except LakesinkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:
+        log.exception("vacuum of %s failed", args.table)
+        return 1
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(_summary(report))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> VacuumReport:
+    # Imported here so that a bad option fails before pyspark loads.
+    from lakesink.session import spark_session
+    from lakesink.vacuum import vacuum
+
+    spark = spark_session(master=args.master, app_name="lakesink-vacuum")
+    spark.sparkContext.setLogLevel("WARN")
+    context = spark.sparkContext
+    if context.master.startswith("local") and not context.getConf().contains(LISTING_PARALLELISM):
+        spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
+    try:
+        return vacuum(
+            spark,
+            args.table,
+            journal_path=args.journal,
+            expire_open_after=timedelta(hours=args.expire_open_hours),
+            retain_hours=args.retain_hours,
+            allow_short_retention=args.allow_short_retention,
+            dry_run=args.dry_run,
+        )
+    finally:
+        spark.stop()
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr for a while, so stdout carries only the report.
+
+    The JVM that Spark starts inherits it, and Delta prints on it ("Deleted 2 files ...").
+    Under spark-submit the JVM runs already and keeps its own stdout.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _check_local_table(table: str) -> None:
+    # A local path without a Delta log fails now, not after a JVM start; other schemes
+    # (s3a:, abfss:, ...) are left to the library's own check.
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]+:", table) and not table.startswith("file:"):
+        return
+    path = Path(re.sub(r"^file:(//)?", "", table)).resolve()
+    if not (path / "_delta_log").is_dir():
+        raise TableNotFoundError(
+            f"no Delta table at {path}: pass the folder of a table written by lakesink"
+        )
+
+
+def _summary(report: VacuumReport) -> str:
+    verb = "would remove" if report.dry_run else "removed"
+    lines = [
+        f"{'DRY RUN: ' if report.dry_run else ''}vacuum of {report.table_path} "
+        f"(sink {report.sink_id!r}, retention {report.retain_hours:g} h)",
+        f"{verb} {report.rows_removed} row(s) of {len(report.transactions)} transaction(s), "
+        f"{report.files_removed} file(s), {report.bytes_removed} bytes",
+    ]
+    for txn in report.transactions:
+        why = "expired open" if txn.expired else "aborted"
+        lines.append(
+            f"  checkpoint {txn.checkpoint_id} txn {txn.txn_id} (writer {txn.writer_id}, "
+            f"{why}): {txn.rows} row(s)"
+        )
+    for txn_id in report.skipped_txn_ids:
+        lines.append(f"  skipped {txn_id}: aborted, but pre-committed once; left for recovery")
+    return "\n".join(lines)

@@ -1,0 +1,320 @@
+"""The vacuum job on a real Spark session, with real lakesink tables built by DeltaSink."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lakesink import committed
+from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
+from lakesink.errors import ConfigurationError, TableNotFoundError
+from lakesink.journal import Journal, JournalEntry, TxnState, default_journal_path
+from lakesink.vacuum import RETENTION_CHECK_CONF, vacuum
+
+SCHEMA = "order_id BIGINT, item STRING"
+HOUR_MS = 3_600_000
+JOB = Path(__file__).resolve().parents[1] / "jobs" / "vacuum.py"
+
+
+class Clock:
+    """A clock the test sets; ``millis()`` is all DeltaSink and vacuum read."""
+
+    def __init__(self) -> None:
+        self.now_ms = 1_700_000_000_000
+
+    def millis(self) -> int:
+        return self.now_ms
+
+
+@pytest.fixture
+def table(tmp_path) -> Path:
+    return tmp_path / "orders"
+
+
+def open_sink(spark, table: Path, **options) -> DeltaSink:
+    return DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_vacuum", **options)
+
+
+def write(spark, sink: DeltaSink, ids) -> str:
+    """Write rows into the sink's open transaction; return that transaction's id."""
+    sink.write(spark.createDataFrame([(i, f"item-{i}") for i in ids], SCHEMA))
+    current = sink.state.current
+    assert current is not None
+    return current.handle.txn_id
+
+
+def abort_one(spark, table: Path, ids, **options) -> str:
+    """A writer that writes and closes without a checkpoint: its transaction is aborted."""
+    sink = open_sink(spark, table, **options)
+    txn_id = write(spark, sink, ids)
+    sink.close()
+    return txn_id
+
+
+def rows_by_txn(spark, table: Path) -> dict[str, set[tuple[int, bool]]]:
+    found: dict[str, set[tuple[int, bool]]] = {}
+    for row in spark.read.format("delta").load(str(table)).collect():
+        found.setdefault(row[TXN_ID], set()).add((row.order_id, row[VISIBLE]))
+    return found
+
+
+def journal_of(spark, table: Path) -> Journal:
+    return Journal(spark, default_journal_path(str(table)), create=False)
+
+
+def states(spark, table: Path) -> dict[str, TxnState]:
+    return {s.txn_id: s.state for s in journal_of(spark, table).transactions(table.name)}
+
+
+def aborted_details(spark, table: Path, txn_id: str) -> list[str]:
+    events = journal_of(spark, table).events()
+    found = events.where(f"txn_id = '{txn_id}' AND state = 'aborted'").collect()
+    return sorted(e.detail for e in found)
+
+
+def versions(spark, table: Path) -> tuple[int, int]:
+    def latest(path: str) -> int:
+        return spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first().version
+
+    return latest(str(table)), latest(default_journal_path(str(table)))
+
+
+def test_aborted_rows_and_their_files_go(spark, table):
+    txn = abort_one(spark, table, [1, 2])
+    files = list(table.glob(f"*/{TXN_ID}={txn}/*.parquet"))
+    size = sum(f.stat().st_size for f in files)
+    assert files
+
+    report = vacuum(spark, str(table), retain_hours=0, allow_short_retention=True)
+
+    assert report.txn_ids == (txn,) and report.transactions[0].rows == 2
+    assert report.rows_removed == 2 and not report.dry_run
+    assert report.files_removed == len(files) > 0
+    assert report.bytes_removed == size > 0
+    assert not any(f.exists() for f in files)
+    assert not list(table.glob(f"*/{TXN_ID}={txn}/*.parquet"))
+    assert rows_by_txn(spark, table) == {}
+    details = aborted_details(spark, table, txn)
+    assert len(details) == 2  # the sink's abort, then the vacuum's
+    assert [d for d in details if d.startswith("vacuumed:")] == ["vacuumed: 2 rows removed"]
+    assert spark.conf.get(RETENTION_CHECK_CONF, None) is None  # the check is back on
+
+
+def test_committed_pre_committed_and_recent_open_rows_stay(spark, table):
+    sink = open_sink(spark, table, writer_id="a")
+    write(spark, sink, [1, 2])
+    sink.notify_checkpoint_complete(sink.checkpoint())  # committed
+    write(spark, sink, [3])
+    sink.checkpoint()  # pre-committed, never notified: recovery would commit it
+    write(spark, sink, [4])  # open, seconds old
+    dead = abort_one(spark, table, [9], writer_id="b")
+    before = rows_by_txn(spark, table)
+
+    report = vacuum(spark, str(table))
+
+    assert report.txn_ids == (dead,) and report.rows_removed == 1
+    after = rows_by_txn(spark, table)
+    assert after == {txn: found for txn, found in before.items() if txn != dead}
+    assert sorted(after.values(), key=min) == [
+        {(1, True), (2, True)},
+        {(3, False)},
+        {(4, False)},
+    ]
+    assert sorted(r.order_id for r in committed(spark, str(table)).collect()) == [1, 2]
+
+
+def test_an_expired_open_transaction_is_marked_aborted_and_removed(spark, table):
+    clock = Clock()
+    sink = open_sink(spark, table, clock=clock)
+    old_pre_committed = write(spark, sink, [1])
+    sink.checkpoint()  # as old as the open one, but never removed
+    old_open = write(spark, sink, [2])
+
+    clock.now_ms += 23 * HOUR_MS  # not expired yet
+    assert vacuum(spark, str(table), clock=clock, dry_run=True).transactions == ()
+
+    clock.now_ms += 2 * HOUR_MS
+    report = vacuum(spark, str(table), clock=clock)
+
+    assert report.expired_txn_ids == (old_open,) and report.rows_removed == 1
+    assert states(spark, table) == {
+        old_pre_committed: TxnState.PRE_COMMITTED,
+        old_open: TxnState.ABORTED,
+    }
+    assert aborted_details(spark, table, old_open) == [
+        "expired by vacuum after 25.0 h",
+        "vacuumed: 1 rows removed",
+    ]
+    assert rows_by_txn(spark, table) == {old_pre_committed: {(1, False)}}
+
+
+def test_dry_run_changes_nothing_yet_reports_the_same_numbers(spark, table):
+    clock = Clock()
+    aborted = abort_one(spark, table, [1, 2], writer_id="a", clock=clock)
+    expiring = write(spark, open_sink(spark, table, writer_id="b", clock=clock), [3])
+    clock.now_ms += 25 * HOUR_MS
+    before = versions(spark, table), rows_by_txn(spark, table), states(spark, table)
+    options = dict(retain_hours=0, allow_short_retention=True, clock=clock)
+
+    dry = vacuum(spark, str(table), dry_run=True, **options)
+
+    assert (versions(spark, table), rows_by_txn(spark, table), states(spark, table)) == before
+    assert dry.dry_run and set(dry.txn_ids) == {aborted, expiring}
+    assert dry.expired_txn_ids == (expiring,)
+    assert dry.rows_removed == 3 and dry.files_removed >= 2 and dry.bytes_removed > 0
+
+    real = vacuum(spark, str(table), **options)
+
+    assert replace(dry, dry_run=False) == real
+    assert rows_by_txn(spark, table) == {}
+
+
+def test_a_second_run_removes_nothing(spark, table):
+    txn = abort_one(spark, table, [1])
+    first = vacuum(spark, str(table))
+
+    second = vacuum(spark, str(table))
+
+    assert first.rows_removed == 1 and first.txn_ids == (txn,)
+    assert second.rows_removed == 0 and second.transactions == ()
+    assert [d for d in aborted_details(spark, table, txn) if d.startswith("vacuumed:")] == [
+        "vacuumed: 1 rows removed"
+    ]
+
+
+def test_vacuum_while_another_writer_appends_and_commits_loses_nothing(spark, table):
+    live = open_sink(spark, table, writer_id="live")
+    write(spark, live, range(10))
+    live.notify_checkpoint_complete(live.checkpoint())
+    dead = abort_one(spark, table, [-1, -2], writer_id="dead")
+    before = {r.order_id for r in committed(spark, str(table)).collect()}
+    appended: list[int] = []
+    errors: list[BaseException] = []
+    writing, vacuumed = threading.Event(), threading.Event()
+
+    def ingest() -> None:
+        batch = 100
+        try:
+            while not vacuumed.is_set():
+                write(spark, live, range(batch, batch + 5))
+                writing.set()  # its first append landed; the vacuum starts now
+                live.notify_checkpoint_complete(live.checkpoint())
+                appended.extend(range(batch, batch + 5))
+                batch += 5
+        except BaseException as exc:
+            errors.append(exc)
+            writing.set()
+
+    writer = threading.Thread(target=ingest)
+    writer.start()
+    try:
+        assert writing.wait(timeout=600)
+        start = versions(spark, table)[0]
+        report = vacuum(spark, str(table))
+        end = versions(spark, table)[0]
+    finally:
+        vacuumed.set()
+        writer.join()
+
+    assert errors == []
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where(
+        f"version > {start} AND version <= {end}"
+    )
+    operations = {r.operation for r in history.collect()}
+    assert {"DELETE", "VACUUM END"} <= operations
+    assert operations & {"WRITE", "MERGE"}, "the writer committed nothing while vacuum ran"
+    assert report.txn_ids == (dead,) and report.rows_removed == 2
+    after = sorted(r.order_id for r in committed(spark, str(table)).collect())
+    assert after == sorted([*before, *appended])
+    assert dead not in rows_by_txn(spark, table)
+    live.close()
+
+
+def test_aborted_after_a_pre_commit_goes_but_aborted_after_a_commit_decision_stays(spark, table):
+    recovered = abort_one(spark, table, [1])  # as if recovery aborted it once pre-committed
+    decided = abort_one(spark, table, [2])  # an inconsistent journal: left to a human
+    journal = journal_of(spark, table)
+    status = {s.txn_id: s for s in journal.transactions(table.name)}
+    journal.record(
+        *(
+            JournalEntry(
+                sink_id=table.name,
+                table_path=str(table),
+                checkpoint_id=status[txn].checkpoint_id,
+                txn_id=txn,
+                writer_id="0",
+                state=state,
+                event_time=status[txn].opened_at,
+            )
+            for txn, state in ((recovered, TxnState.PRE_COMMITTED), (decided, TxnState.COMMITTING))
+        )
+    )
+
+    report = vacuum(spark, str(table), dry_run=True)
+
+    assert report.txn_ids == (recovered,) and report.skipped_txn_ids == (decided,)
+    assert report.rows_removed == 1
+
+
+def test_a_too_short_retention_without_the_flag_is_refused(spark, table):
+    txn = abort_one(spark, table, [1])
+    before = versions(spark, table)
+
+    with pytest.raises(
+        ConfigurationError,
+        match=r"retain_hours=1 is below the table's delta\.deletedFileRetentionDuration "
+        r"\(168 h\) .*allow_short_retention=True",
+    ):
+        vacuum(spark, str(table), retain_hours=1)
+
+    assert versions(spark, table) == before
+    assert rows_by_txn(spark, table) == {txn: {(1, False)}}
+
+
+def test_a_path_without_a_lakesink_table_is_refused(spark, tmp_path):
+    missing = tmp_path / "missing"
+    with pytest.raises(TableNotFoundError, match=f"no Delta table at {re.escape(str(missing))}"):
+        vacuum(spark, str(missing))
+    plain = tmp_path / "plain"
+    spark.range(1).write.format("delta").save(str(plain))
+    with pytest.raises(TableNotFoundError, match=r"at .*plain is not a lakesink table"):
+        vacuum(spark, str(plain))
+
+
+def run_job(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(JOB), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_the_job_prints_json_and_exits_0_or_2_with_the_message(spark, table, tmp_path):
+    txn = abort_one(spark, table, [1, 2])
+    before = versions(spark, table)
+
+    done = run_job("--table", str(table), "--dry-run", "--json", "--master", "local[1]")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["dry_run"] is True and report["rows_removed"] == 2
+    assert [t["txn_id"] for t in report["transactions"]] == [txn]
+    assert versions(spark, table) == before
+
+    missing = tmp_path / "missing"
+    failed = run_job("--table", str(missing))
+
+    assert failed.returncode == 2
+    assert f"no Delta table at {missing}" in failed.stderr
+    assert "Traceback" not in failed.stderr
