@@ -15,6 +15,7 @@ __all__ = [
     "SchemaMismatchError",
     "TableNotFoundError",
     "UnknownCheckpointError",
+    "ValidationSuiteError",
 ]
 
 
@@ -64,3 +65,7 @@ class ReservedColumnError(SchemaMismatchError):
 
 class TableNotFoundError(LakesinkError):
     """Raised when a path or name that must hold a Delta table holds none."""
+
+
+class ValidationSuiteError(ConfigurationError):
+    """Raised when an expectation suite is malformed or names columns the table lacks."""

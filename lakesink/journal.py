@@ -3,7 +3,11 @@
 One row per event (never updated), so any number of sinks and writers append to one
 journal without conflicting, and an auditor can replay the whole history. A transaction's
 current state is its latest event; states only move forward
-(open -> pre_committed -> committing -> committed, or -> aborted).
+(open -> pre_committed [-> held] -> committing -> committed, or -> aborted).
+
+A validation run (the audit gate, ``lakesink.validation``) is journaled as an event whose
+``validation`` column holds the report as JSON; its state is what the run left the
+transaction in (pre-committed when it passed or only warned, held, or aborted).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class TxnState(str, Enum):
 
     OPEN = "open"
     PRE_COMMITTED = "pre_committed"
+    HELD = "held"  # failed validation under the quarantine policy: an operator decides
     COMMITTING = "committing"  # the commit decision: recovery must finish it
     COMMITTED = "committed"
     ABORTED = "aborted"
@@ -56,16 +61,17 @@ class TxnState(str, Enum):
 _RANK = {
     TxnState.OPEN: 0,
     TxnState.PRE_COMMITTED: 1,
-    TxnState.COMMITTING: 2,
-    TxnState.COMMITTED: 3,
-    TxnState.ABORTED: 3,
+    TxnState.HELD: 2,
+    TxnState.COMMITTING: 3,
+    TxnState.COMMITTED: 4,
+    TxnState.ABORTED: 4,
 }
 
 JOURNAL_SCHEMA = (
     "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
     "txn_id STRING NOT NULL, writer_id STRING NOT NULL, state STRING NOT NULL, "
     "event_time TIMESTAMP NOT NULL, attempt INT NOT NULL, row_count BIGINT, "
-    "error STRING, detail STRING"
+    "error STRING, detail STRING, validation STRING"
 )
 
 
@@ -84,6 +90,7 @@ class JournalEntry:
     row_count: int | None = None
     error: str | None = None
     detail: str | None = None
+    validation: str | None = None  # a ValidationReport as JSON
 
     def as_row(self) -> tuple:
         return tuple(
@@ -106,6 +113,7 @@ class TransactionStatus:
     row_count: int | None
     attempts: int
     last_error: str | None
+    last_validation: str | None = None  # the latest ValidationReport JSON, if validated
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "opened_at", _utc(self.opened_at))
@@ -191,7 +199,9 @@ class Journal:
               max(event_time) AS updated_at,
               max(row_count) AS row_count,
               max(attempt) AS attempts,
-              max_by(error, CASE WHEN error IS NOT NULL THEN event_time END) AS last_error
+              max_by(error, CASE WHEN error IS NOT NULL THEN event_time END) AS last_error,
+              max_by(validation, CASE WHEN validation IS NOT NULL THEN event_time END)
+                AS last_validation
             FROM {delta_path(self.path)}
             WHERE sink_id = {string_literal(sink_id)} {writer_filter}
             GROUP BY sink_id, txn_id
