@@ -17,15 +17,17 @@ fails whenever any file was added concurrently, which would starve commits under
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -58,6 +60,9 @@ __all__ = [
     "CommitRetry",
     "DeltaSink",
     "DeltaTransaction",
+    "commit_metadata",
+    "retry_on_conflict",
+    "session_commit_metadata",
 ]
 
 log = logging.getLogger(__name__)
@@ -79,7 +84,33 @@ JOURNAL_PROPERTY = "lakesink.journal"
 STEPS_PER_CHECKPOINT = 1_000_000
 APPEND_ATTEMPTS = 3
 
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
 StepHook = Callable[[str, "DeltaTransaction"], None]
+T = TypeVar("T")
+
+
+def commit_metadata(operation: str, sink_id: str, **detail: object) -> str:
+    """The ``userMetadata`` lakesink puts on its Delta commits, so history names them.
+
+    ``DESCRIBE HISTORY`` then shows, per table version, which lakesink operation made it
+    and for which checkpoint and transaction: the audit lines history up with the journal.
+    """
+    return json.dumps({"lakesink": operation, "sink_id": sink_id, **detail}, sort_keys=True)
+
+
+@contextmanager
+def session_commit_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
+    """Tag the SQL commands run inside with ``metadata`` (MERGE and DELETE take no option)."""
+    previous = spark.conf.get(USER_METADATA_CONF, None)
+    spark.conf.set(USER_METADATA_CONF, metadata)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(USER_METADATA_CONF)
+        else:
+            spark.conf.set(USER_METADATA_CONF, previous)
 
 
 @dataclass(frozen=True)
@@ -98,6 +129,34 @@ class CommitRetry:
     max_attempts: int = 20
     initial_backoff_s: float = 0.1
     max_backoff_s: float = 5.0
+
+
+def retry_on_conflict(
+    command: Callable[[], T],
+    *,
+    retry: CommitRetry,
+    what: str,
+    on_retry: Callable[[int, str], None] | None = None,
+) -> T:
+    """Run an idempotent Delta command, retrying write conflicts with backoff and jitter.
+
+    ``on_retry`` gets the number of the attempt about to start and the conflict.
+    """
+    conflicts = _conflict_exceptions()
+    backoff = retry.initial_backoff_s
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return command()
+        except conflicts as exc:
+            if attempt == retry.max_attempts:
+                raise
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            log.info("%s conflicted (attempt %d), retrying: %s", what, attempt, error)
+            if on_retry is not None:
+                on_retry(attempt + 1, error)
+            time.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, retry.max_backoff_s)
+    raise AssertionError("unreachable")
 
 
 def _conflict_exceptions() -> tuple[type[BaseException], ...]:
@@ -330,6 +389,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     .mode("append")
                     .option("txnAppId", self._app_id)
                     .option("txnVersion", str(version))
+                    .option("userMetadata", self._metadata("write", transaction, step=step))
                     .save(self.path)
                 )
                 self._step("after_append", transaction)
@@ -446,30 +506,23 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             f"AND NOT t.{VISIBLE} "
             f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true"
         )
-        conflicts = _conflict_exceptions()
-        retry = self.commit_retry
-        backoff = retry.initial_backoff_s
-        for attempt in range(1, retry.max_attempts + 1):
-            try:
+
+        def run() -> int:
+            with session_commit_metadata(self.spark, self._metadata("commit", transaction)):
                 metrics = self.spark.sql(statement).first()
-                return int(metrics["num_updated_rows"]) if metrics else 0
-            except conflicts as exc:
-                if attempt == retry.max_attempts:
-                    raise
-                error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-                log.info(
-                    "%s: commit of checkpoint %d conflicted (attempt %d), retrying: %s",
-                    self.name,
-                    transaction.checkpoint_id,
-                    attempt,
-                    error,
-                )
-                self.journal.record(
-                    self._entry(transaction, TxnState.COMMITTING, attempt=attempt + 1, error=error)
-                )
-                time.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, retry.max_backoff_s)
-        raise AssertionError("unreachable")
+            return int(metrics["num_updated_rows"]) if metrics else 0
+
+        def journal_retry(attempt: int, error: str) -> None:
+            self.journal.record(
+                self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
+            )
+
+        return retry_on_conflict(
+            run,
+            retry=self.commit_retry,
+            what=f"{self.name}: commit of checkpoint {transaction.checkpoint_id}",
+            on_retry=journal_retry,
+        )
 
     def _entry(
         self, transaction: DeltaTransaction, state: TxnState, **extra: object
@@ -483,6 +536,16 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             state=state,
             event_time=datetime.fromtimestamp(self._clock.millis() / 1000, tz=timezone.utc),
             **extra,  # type: ignore[arg-type]
+        )
+
+    def _metadata(self, operation: str, transaction: DeltaTransaction, **detail: object) -> str:
+        return commit_metadata(
+            operation,
+            self.sink_id,
+            checkpoint_id=transaction.checkpoint_id,
+            txn_id=transaction.txn_id,
+            writer_id=transaction.writer_id,
+            **detail,
         )
 
     def _step(self, name: str, transaction: DeltaTransaction) -> None:

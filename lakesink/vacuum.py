@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
@@ -42,7 +40,9 @@ from lakesink.delta_sink import (
     TXN_ID,
     VISIBLE,
     CommitRetry,
-    _conflict_exceptions,
+    commit_metadata,
+    retry_on_conflict,
+    session_commit_metadata,
 )
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.journal import Journal, JournalEntry, TransactionStatus, TxnState
@@ -251,7 +251,8 @@ def vacuum(
             len(targets),
             ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
         )
-        deleted = _delete(spark, path, predicate, prefix)
+        metadata = commit_metadata("vacuum", sink_id, txn_ids=sorted(s.txn_id for s in targets))
+        deleted = _delete(spark, path, predicate, metadata, prefix)
         if deleted != rows:  # someone else removed or added some in between
             log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
         rows = deleted
@@ -411,31 +412,18 @@ def _scan(spark: SparkSession, path: str, predicate: str) -> tuple[dict[str, int
     return counts, {unquote(row.file) for row in rows}
 
 
-def _delete(spark: SparkSession, path: str, predicate: str, prefix: str) -> int:
+def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefix: str) -> int:
     statement = f"DELETE FROM {delta_path(path)} WHERE {predicate}"
-    conflicts = _conflict_exceptions()
-    retry = CommitRetry()
-    backoff = retry.initial_backoff_s
-    for attempt in range(1, retry.max_attempts + 1):
-        try:
+
+    def run() -> int:
+        # Idempotent: a retry deletes what is still there, which may be nothing.
+        with session_commit_metadata(spark, metadata):
             result = spark.sql(statement).first()
-            # Delta 4.4 answers one row, num_affected_rows (older docs say num_deleted_rows).
-            metrics = result.asDict() if result else {}
-            return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
-        except conflicts as exc:
-            # Idempotent: a retry deletes what is still there, which may be nothing.
-            if attempt == retry.max_attempts:
-                raise
-            log.info(
-                "%s: DELETE conflicted (attempt %d), retrying: %s: %s",
-                prefix,
-                attempt,
-                type(exc).__name__,
-                str(exc).splitlines()[0],
-            )
-            time.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, retry.max_backoff_s)
-    raise AssertionError("unreachable")
+        # Delta 4.4 answers one row, num_affected_rows (older docs say num_deleted_rows).
+        metrics = result.asDict() if result else {}
+        return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
+
+    return retry_on_conflict(run, retry=CommitRetry(), what=f"{prefix}: DELETE")
 
 
 def _vacuum_files(
