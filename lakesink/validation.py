@@ -1,0 +1,563 @@
+"""The audit gate: a Great Expectations suite run on a checkpoint's pending rows.
+
+Write-Audit-Publish. Pre-commit writes a transaction's rows into the target table masked;
+before the commit makes them visible, the sink hands exactly those rows (user columns only)
+to :meth:`ValidationGate.validate` and gets a :class:`ValidationReport` back. The gate's
+policy says what the sink does with a failed report: ``abort`` the transaction,
+``quarantine`` it (hold it masked for an operator), or ``warn`` and commit anyway. This
+module only runs the suite and reports; the sink applies the policy and journals the report
+(``ValidationReport.to_json``).
+
+A run that GX or Spark cannot finish is a report too (``success`` false, ``error`` set),
+never an exception: the sink then holds the checkpoint instead of crashing mid-protocol.
+
+great_expectations is imported only when a gate is made: importing it takes seconds, and
+reading reports back (``lakesink status``) needs none of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal, get_args
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+
+from lakesink.errors import ValidationSuiteError
+
+if TYPE_CHECKING:
+    from great_expectations.core import ExpectationSuite, ExpectationSuiteValidationResult
+    from great_expectations.core.validation_definition import ValidationDefinition
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+__all__ = [
+    "POLICIES",
+    "FailedExpectation",
+    "Policy",
+    "ValidationGate",
+    "ValidationReport",
+]
+
+log = logging.getLogger(__name__)
+
+Policy = Literal["abort", "quarantine", "warn"]
+POLICIES: tuple[Policy, ...] = get_args(Policy)
+
+# Reports are journaled for every checkpoint: keep each one small.
+_MAX_ITEMS = 10
+_MAX_TEXT = 300
+# SUMMARY gives counts and a few unexpected values; COMPLETE would collect every bad row.
+_RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": _MAX_ITEMS}
+# The kwargs through which GX expectations name the columns they read.
+_COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list", "column_set")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedExpectation:
+    """One expectation the rows did not meet.
+
+    Attributes:
+        expectation: The expectation type, e.g. ``expect_column_values_to_not_be_null``.
+        column: The column it is about, if it names a single one.
+        kwargs: The expectation's configuration, JSON-ready.
+        observed: What GX reported (observed value, unexpected count and percent, a few
+            unexpected values), JSON-ready, every list cut to 10 items.
+    """
+
+    expectation: str
+    column: str | None
+    kwargs: Mapping[str, object]
+    observed: Mapping[str, object]
+
+    def summary(self) -> str:
+        """A few words on what was wrong, e.g. ``amount min 0.0 < 0.01``."""
+        subject = _subject(self.kwargs)
+        metric, _, predicate = self.expectation.removeprefix("expect_").partition("_to_")
+        value = self.observed.get("observed_value")
+        if value is not None:
+            label = metric.removeprefix("column_").removeprefix("table_").replace("_", " ")
+            return f"{subject} {label} {value}{_outside(value, self.kwargs)}"
+        count = self.observed.get("unexpected_count")
+        if isinstance(count, int):
+            if predicate == "not_be_null":
+                return f"{subject} {_plural(count, 'null')}"
+            fail = "row fails" if count == 1 else "rows fail"
+            bounds = f" {_interval(self.kwargs)}" if _has_bounds(self.kwargs) else ""
+            return f"{subject} {count} {fail} to {predicate.replace('_', ' ')}{bounds}"
+        return f"{subject} failed {self.expectation}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    """What one run of a suite found in one set of rows.
+
+    Attributes:
+        suite: The suite's name.
+        policy: The gate's policy, for whoever acts on the report.
+        success: Every expectation was met and nothing raised.
+        rows: Rows validated (0 if the run failed before they were counted).
+        evaluated: Expectations evaluated.
+        failed: The expectations that were not met.
+        duration_s: Wall time of the run, in seconds.
+        error: Set when GX or Spark raised during the run (type and message); ``success``
+            is then false.
+    """
+
+    suite: str
+    policy: Policy
+    success: bool
+    rows: int
+    evaluated: int
+    failed: tuple[FailedExpectation, ...]
+    duration_s: float
+    error: str | None = None
+
+    def to_json(self) -> str:
+        """Compact JSON with sorted keys: the string the journal stores."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> ValidationReport:
+        """The report :meth:`to_json` wrote.
+
+        Raises:
+            ValueError: ``text`` is not JSON (``json.JSONDecodeError``).
+            TypeError: The JSON is not a report's fields.
+        """
+        data = json.loads(text)
+        failed = tuple(FailedExpectation(**item) for item in data.pop("failed"))
+        return cls(failed=failed, **data)
+
+    def summary(self) -> str:
+        """One line for logs and ``lakesink status``.
+
+        ``suite orders_quality failed 2 of 5 expectations on 1000 rows: amount min 0.0 <
+        0.01; customer 3 nulls``, ``suite orders_quality passed 5 expectations on 1000
+        rows``, or ``suite orders_quality error: ...``.
+        """
+        parts = []
+        if self.error is not None:
+            parts.append(f"error: {self.error}")
+        if self.failed:
+            details = "; ".join(failure.summary() for failure in self.failed)
+            parts.append(
+                f"failed {len(self.failed)} of {self.evaluated} expectations on "
+                f"{_plural(self.rows, 'row')}: {details}"
+            )
+        if not parts:
+            parts.append(
+                f"passed {_plural(self.evaluated, 'expectation')} on {_plural(self.rows, 'row')}"
+            )
+        return f"suite {self.suite} " + "; ".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationGate:
+    """A GX expectation suite and the policy for rows that fail it.
+
+    The gate keeps its own ephemeral GX context, made on the first :meth:`validate` and
+    reused after; a copy of the suite is registered there, so the caller's suite object is
+    never bound to or changed by it, and gates in one process never share GX names.
+
+    Args:
+        suite: The expectations, naming columns by the table's user column names.
+        policy: ``abort``, ``quarantine`` or ``warn``: what the sink does with a failed run.
+
+    Raises:
+        ValidationSuiteError: ``policy`` is none of the three.
+        TypeError: ``suite`` is not a GX ``ExpectationSuite``.
+    """
+
+    suite: ExpectationSuite
+    policy: Policy = "abort"
+    _runner: _SuiteRunner = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValidationSuiteError(
+                f"unknown validation policy {self.policy!r}: use one of {', '.join(POLICIES)}"
+            )
+        gx = _import_gx()
+        if not isinstance(self.suite, gx.ExpectationSuite):
+            raise TypeError(f"suite must be a GX ExpectationSuite, not {type(self.suite)!r}")
+        object.__setattr__(self, "_runner", _SuiteRunner(self.suite))
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, policy: Policy = "abort") -> ValidationGate:
+        """Load a GX suite JSON file, as GX 1.x writes it (``ExpectationSuite.to_json_dict()``).
+
+        Args:
+            path: The suite file.
+            policy: See the class.
+
+        Raises:
+            ValidationSuiteError: The file is missing or unreadable, is not JSON, is not a
+                suite, or has an expectation of an unknown type or with wrong kwargs (every
+                bad expectation is named), or ``policy`` is unknown.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ValidationSuiteError(
+                f"cannot read expectation suite file {path}: {error.strerror or error}; "
+                "pass the path of a suite JSON file (ExpectationSuite.to_json_dict())"
+            ) from error
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValidationSuiteError(
+                f"expectation suite file {path} is not valid JSON: {error}; "
+                "write it with ExpectationSuite.to_json_dict()"
+            ) from error
+        return cls(suite=_suite_from_dict(data, source=path), policy=policy)
+
+    def check_columns(self, columns: Sequence[str]) -> None:
+        """Refuse a suite that names columns the table lacks, before any row is written.
+
+        The columns an expectation is about and those of its row condition are checked; a
+        pass-through row condition (a Spark SQL string) is not parsed.
+
+        Args:
+            columns: The table's user columns (without the hidden ``_lakesink_`` ones).
+                Names match exactly, as GX matches them.
+
+        Raises:
+            ValidationSuiteError: Naming each expectation and the missing column it uses.
+        """
+        present = set(columns)
+        missing = [
+            f"{expectation.expectation_type} uses {name!r}"
+            for expectation in self.suite.expectations
+            for name in _read_columns(expectation.configuration.kwargs)
+            if name not in present
+        ]
+        if missing:
+            raise ValidationSuiteError(
+                f"expectation suite {self.suite.name!r} names columns the table lacks: "
+                f"{'; '.join(missing)}. The table has {', '.join(columns) or 'no columns'}: "
+                "fix the suite's column names or add the columns to the table"
+            )
+
+    def validate(self, frame: DataFrame) -> ValidationReport:
+        """Run the suite on exactly these rows (the caller passes only the pending ones).
+
+        Never raises for a GX or Spark failure during the run: that is a report with
+        ``success`` false and ``error`` set.
+
+        Args:
+            frame: The rows, with the user columns only.
+
+        Raises:
+            TypeError: ``frame`` is not a Spark DataFrame.
+        """
+        if not isinstance(frame, DataFrame):
+            raise TypeError(f"validate needs a Spark DataFrame, not {type(frame)!r}")
+        started = time.monotonic()
+        rows = 0
+        cached_here = False
+        try:
+            # GX reads the rows in a dozen Spark jobs: cache them for the run. (GX's own
+            # persist option never unpersists, which would pin every checkpoint's rows.)
+            if frame.storageLevel == StorageLevel.NONE:
+                frame.persist()
+                cached_here = True
+            rows = frame.count()
+            result = self._runner.run(frame)
+        except Exception as error:  # the contract: a run that cannot finish is a report
+            log.warning("validation with suite %s failed to run", self.suite.name, exc_info=True)
+            report = self._report(
+                started=started, rows=rows, error=_short(f"{type(error).__name__}: {error}")
+            )
+        else:
+            report = self._report_from(result, started=started, rows=rows)
+        finally:
+            if cached_here:
+                frame.unpersist()
+        log.info("validation: %s", report.summary())
+        return report
+
+    def _report_from(
+        self, result: ExpectationSuiteValidationResult, *, started: float, rows: int
+    ) -> ValidationReport:
+        failed = []
+        errors = []
+        for outcome in result.results:
+            config = outcome.expectation_config
+            kwargs = _json_ready({k: v for k, v in config.kwargs.items() if k != "batch_id"})
+            raised = _raised(outcome.exception_info)
+            if raised:
+                errors.append(f"{config.type} on {_subject(kwargs)}: {'; '.join(raised)}")
+            elif not outcome.success:
+                failed.append(
+                    FailedExpectation(
+                        expectation=config.type,
+                        column=kwargs.get("column"),
+                        kwargs=kwargs,
+                        observed=_json_ready(dict(outcome.result)),
+                    )
+                )
+        return self._report(
+            started=started,
+            rows=rows,
+            success=bool(result.success) and not errors,
+            evaluated=result.statistics["evaluated_expectations"],
+            failed=tuple(failed),
+            error="; ".join(errors) or None,
+        )
+
+    def _report(
+        self,
+        *,
+        started: float,
+        rows: int,
+        success: bool = False,
+        evaluated: int = 0,
+        failed: tuple[FailedExpectation, ...] = (),
+        error: str | None = None,
+    ) -> ValidationReport:
+        return ValidationReport(
+            suite=self.suite.name,
+            policy=self.policy,
+            success=success,
+            rows=rows,
+            evaluated=evaluated,
+            failed=failed,
+            duration_s=round(time.monotonic() - started, 3),
+            error=error,
+        )
+
+
+class _SuiteRunner:
+    """A gate's GX state: an ephemeral context holding a copy of the suite and a
+    whole-DataFrame batch definition, made on first use (GX contexts are slow to make)."""
+
+    def __init__(self, suite: ExpectationSuite) -> None:
+        self._suite = suite
+        self._definition: ValidationDefinition | None = None
+        self._context = None
+        self._lock = threading.Lock()  # one GX run at a time per context
+
+    def run(self, frame: DataFrame) -> ExpectationSuiteValidationResult:
+        with self._lock:
+            if self._definition is None:
+                self._definition = self._build()
+            result = self._definition.run(
+                batch_parameters={"dataframe": frame}, result_format=_RESULT_FORMAT
+            )
+            # The ephemeral context keeps every result in memory; the report is ours now.
+            store = self._context.validation_results_store
+            for key in store.list_keys():
+                store.remove_key(key)
+            return result
+
+    def _build(self) -> ValidationDefinition:
+        gx = _import_gx()
+        from great_expectations.data_context.types.base import (
+            DataContextConfig,
+            InMemoryStoreBackendDefaults,
+            ProgressBarsConfig,
+        )
+
+        context = gx.get_context(
+            mode="ephemeral",
+            project_config=DataContextConfig(
+                store_backend_defaults=InMemoryStoreBackendDefaults(),
+                analytics_enabled=False,
+                progress_bars=ProgressBarsConfig(globally=False),
+            ),
+        )
+        tag = uuid.uuid4().hex[:12]
+        batch = (
+            context.data_sources.add_spark(f"lakesink-{tag}", persist=False)
+            .add_dataframe_asset(f"pending-{tag}")
+            .add_batch_definition_whole_dataframe("all-rows")
+        )
+        # copy.copy drops an expectation's id, so it can join a suite of this context.
+        suite = context.suites.add(
+            gx.ExpectationSuite(
+                name=self._suite.name,
+                expectations=[copy.copy(e) for e in self._suite.expectations],
+                suite_parameters=copy.deepcopy(self._suite.suite_parameters),
+                meta=copy.deepcopy(self._suite.meta),
+            )
+        )
+        self._context = context
+        return context.validation_definitions.add(
+            gx.ValidationDefinition(data=batch, suite=suite, name=f"{suite.name}-{tag}")
+        )
+
+
+def _import_gx() -> ModuleType:
+    """great_expectations, with its loggers at WARNING unless the application set them:
+    importing it alone logs a hundred INFO lines."""
+    gx_log = logging.getLogger("great_expectations")
+    if gx_log.level == logging.NOTSET:
+        gx_log.setLevel(logging.WARNING)
+    import great_expectations
+
+    return great_expectations
+
+
+def _suite_from_dict(data: object, *, source: Path) -> ExpectationSuite:
+    gx = _import_gx()
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    where = f"expectation suite file {source}"
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        raise ValidationSuiteError(f"{where} is not a suite: it needs a non-empty 'name'")
+    expectations = data.get("expectations", [])
+    if not isinstance(expectations, list):
+        raise ValidationSuiteError(f"{where}: 'expectations' must be a list")
+    configs: list[ExpectationConfiguration] = []
+    problems = []
+    for index, item in enumerate(expectations):
+        if not isinstance(item, dict) or "type" not in item:
+            problems.append(f"expectation {index}: needs an object with a 'type' and its 'kwargs'")
+            continue
+        label = f"expectation {index} ({item['type']})"
+        try:
+            config = ExpectationConfiguration(**item)
+            # GX's suite drops an invalid expectation with only a log line: build each one
+            # here so that a bad one is an error.
+            config.to_domain_obj()
+        except gx.exceptions.ExpectationNotFoundError:
+            problems.append(f"{label}: unknown expectation type")
+        except (TypeError, ValueError, gx.exceptions.GreatExpectationsError) as error:
+            problems.append(f"{label}: {_problem(error)}")
+        else:
+            configs.append(config)
+    if problems:
+        raise ValidationSuiteError(
+            f"{where} has bad expectations: {'; '.join(problems)}. Fix them; the GX "
+            "expectation gallery lists each type's kwargs"
+        )
+    try:
+        return gx.ExpectationSuite(**{**data, "expectations": configs})
+    except (TypeError, ValueError) as error:
+        raise ValidationSuiteError(f"{where} is not a valid suite: {_problem(error)}") from error
+
+
+def _problem(error: Exception) -> str:
+    """An exception's message on one line; a pydantic error as ``field: message`` pairs."""
+    details = getattr(error, "errors", None)
+    if callable(details):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in details()
+        )
+    return _short(str(error))
+
+
+def _short(message: str) -> str:
+    """A message on one line without Java stack frames, cut to a few hundred characters."""
+    lines = (line.strip() for line in message.splitlines())
+    text = " ".join(line for line in lines if line and not line.startswith("at "))
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+def _raised(exception_info: Mapping[str, object] | None) -> list[str]:
+    """The distinct messages of what raised while GX evaluated one expectation.
+
+    GX reports either one ``{raised_exception, exception_message, ...}`` mapping or one
+    such mapping per metric it tried to compute.
+    """
+    info = exception_info or {}
+    entries = [info] if "raised_exception" in info else list(info.values())
+    messages: list[str] = []
+    for entry in entries:
+        if isinstance(entry, Mapping) and entry.get("raised_exception"):
+            message = _short(str(entry.get("exception_message") or "no message"))
+            if message not in messages:
+                messages.append(message)
+    return messages
+
+
+def _json_ready(value: dict) -> dict:
+    from great_expectations.util import convert_to_json_serializable
+
+    return _small(convert_to_json_serializable(value))
+
+
+def _small(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _small(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_small(item) for item in value[:_MAX_ITEMS]]
+    if isinstance(value, str) and len(value) > _MAX_TEXT:
+        return value[: _MAX_TEXT - 3] + "..."
+    return value
+
+
+def _named_columns(kwargs: Mapping[str, object]) -> list[str]:
+    names: list[str] = []
+    for key in _COLUMN_KWARGS:
+        value = kwargs.get(key)
+        if isinstance(value, str):
+            names.append(value)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            names.extend(str(name) for name in value)
+    return names
+
+
+def _read_columns(kwargs: Mapping[str, object]) -> list[str]:
+    """Every column an expectation reads: the ones it is about and its row condition's."""
+    return [*_named_columns(kwargs), *_condition_columns(kwargs.get("row_condition"))]
+
+
+def _condition_columns(condition: object) -> list[str]:
+    # A row condition in its JSON form; a pass-through string of Spark SQL is not parsed.
+    if not isinstance(condition, Mapping):
+        return []
+    column = condition.get("column")
+    names = [str(column["name"])] if isinstance(column, Mapping) and "name" in column else []
+    for inner in condition.get("conditions") or []:
+        names.extend(_condition_columns(inner))
+    return names
+
+
+def _subject(kwargs: Mapping[str, object]) -> str:
+    return ", ".join(_named_columns(kwargs)) or "table"
+
+
+def _has_bounds(kwargs: Mapping[str, object]) -> bool:
+    return kwargs.get("min_value") is not None or kwargs.get("max_value") is not None
+
+
+def _interval(kwargs: Mapping[str, object]) -> str:
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    return f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+
+
+def _outside(value: object, kwargs: Mapping[str, object]) -> str:
+    """How an observed value misses the expectation's bounds, e.g. `` < 0.01``."""
+    if "value" in kwargs:
+        return f" != {kwargs['value']}"
+    if not _has_bounds(kwargs):
+        return ""
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    if _is_number(value) and _is_number(low) and value < low:  # type: ignore[operator]
+        return f" < {low}"
+    if _is_number(value) and _is_number(high) and value > high:  # type: ignore[operator]
+        return f" > {high}"
+    return f" not in {_interval(kwargs)}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
