@@ -46,7 +46,7 @@ def quality_suite() -> gx.ExpectationSuite:
 
 def bad_rows() -> list[tuple]:
     """30 orders of one checkpoint: every 10th without a customer, id 5 twice, two amounts
-    out of range; 28 distinct customers, far more than a report keeps."""
+    out of range; 27 distinct customers, far more than a report keeps."""
     rows = []
     for i in range(1, 31):
         order_id = 5 if i == 6 else i
