@@ -10,6 +10,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
     UnknownCheckpointError,
+    ValidationSuiteError,
 )
 from lakesink.protocol import SinkState, TransactionHolder, TwoPhaseCommitSink
 
@@ -30,6 +31,8 @@ __all__ = [
     "TransactionHolder",
     "TwoPhaseCommitSink",
     "UnknownCheckpointError",
+    "ValidationGate",
+    "ValidationSuiteError",
     "committed",
     "spark_session",
 ]
@@ -42,6 +45,7 @@ _LAZY = {
     "DeltaSink": "lakesink.delta_sink",
     "Journal": "lakesink.journal",
     "vacuum": "lakesink.vacuum",
+    "ValidationGate": "lakesink.validation",
 }
 
 

@@ -55,13 +55,14 @@ def _session(args: argparse.Namespace):
 
 
 def _status(args: argparse.Namespace) -> int:
-    from lakesink.status import sink_status
+    from lakesink.status import job_status, sink_status
 
     spark = _session(args)
     now = datetime.now(timezone.utc)
     reports = [sink_status(spark, str(Path(table).resolve())).as_dict(now) for table in args.table]
+    job = job_status(spark, args.state, args.job_id) if args.state else None
     if args.json:
-        print(json.dumps(reports, indent=2, default=str))
+        print(json.dumps({"sinks": reports, "job": job}, indent=2, default=str))
         return 0
     for report in reports:
         print(f"sink {report['sink_id']}  ({report['table']})")
@@ -69,7 +70,7 @@ def _status(args: argparse.Namespace) -> int:
             f"  last committed checkpoint: {report['last_committed_checkpoint']}"
             f"   committed rows: {report['committed_rows']}"
         )
-        for kind in ("pending", "aborted"):
+        for kind in ("pending", "held", "aborted"):
             rows = report[kind]
             print(f"  {kind}: {len(rows)}")
             for txn in rows:
@@ -79,6 +80,14 @@ def _status(args: argparse.Namespace) -> int:
                     f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
                     f"rows {txn['rows'] if txn['rows'] is not None else '?'}{error}"
                 )
+                if txn["validation"] and kind != "aborted":
+                    print(f"      {txn['validation']}")
+    if job is not None:
+        print(f"job {job['job_id']}  ({job['state']})")
+        print(f"  last completed checkpoint: {job['last_completed_checkpoint']}")
+        print(f"  quarantined files: {len(job['quarantined'])}")
+        for q in job["quarantined"]:
+            print(f"    checkpoint {q['checkpoint_id']:>5}  {q['file']}: {q['reason']}")
     return 0
 
 
@@ -86,7 +95,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
     from lakesink.coordinator import CheckpointStore
 
     spark = _session(args)
-    records = CheckpointStore(spark, args.state).history(args.job_id)
+    records = CheckpointStore(spark, args.state, create=False).history(args.job_id)
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
         return 0
@@ -131,6 +140,23 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from lakesink.manual import revalidate_checkpoint
+    from lakesink.validation import ValidationGate
+
+    gate = ValidationGate.from_file(args.suite)
+    spark = _session(args)
+    table = str(Path(args.table).resolve())
+    results = revalidate_checkpoint(spark, table, args.checkpoint, gate)
+    if args.json:
+        print(json.dumps([json.loads(report.to_json()) for _, report in results], indent=2))
+    else:
+        for txn, report in results:
+            print(f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}")
+            print(f"  {report.summary()}")
+    return 0 if all(report.success for _, report in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesink",
@@ -167,10 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="where each sink stands: last commit, pending and aborted transactions",
         description="Per sink: the last committed checkpoint, committed rows, and every "
-        "pending (open, pre-committed, committing) and aborted transaction with its age, "
-        "rows and last error. Exit 0, or 2 when a table is not a lakesink table.",
+        "pending (open, pre-committed, committing), held (failed validation) and aborted "
+        "transaction with its age, rows, last error and validation result. With --state, "
+        "also the ingest job's last checkpoint and quarantined files. Exit 0, or 2 when a "
+        "table is not a lakesink table.",
     )
     status.add_argument("table", nargs="+", help="path of a lakesink table")
+    status.add_argument("--state", help="an ingest job's --state folder: show its quarantine")
+    status.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
     status.set_defaults(func=_status)
 
     checkpoints = commands.add_parser(
@@ -201,9 +231,21 @@ def build_parser() -> argparse.ArgumentParser:
         resolve[action].add_argument("--checkpoint", type=int, required=True)
         resolve[action].add_argument("--yes", action="store_true", help="do not ask")
         resolve[action].set_defaults(func=_resolve)
-    for sub in (status, checkpoints):
+    validate = commands.add_parser(
+        "validate",
+        help="run an expectation suite again on a pending or held checkpoint",
+        description="Validate the rows of a checkpoint that is pre-committed or held by the "
+        "validation gate with a Great Expectations suite file, and journal the result; "
+        "nothing else changes (commit or abort it afterwards). Exit 0 when it passes, 1 "
+        "when it fails, 2 on bad input.",
+    )
+    validate.add_argument("table", help="path of the lakesink table")
+    validate.add_argument("--checkpoint", type=int, required=True)
+    validate.add_argument("--suite", required=True, metavar="FILE", help="GX suite JSON file")
+    validate.set_defaults(func=_validate)
+    for sub in (status, checkpoints, validate):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
-    for sub in (status, checkpoints, *resolve.values()):
+    for sub in (status, checkpoints, validate, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
     for job, summary in (

@@ -18,8 +18,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.delta_sink import DeltaSink, DeltaTransaction
-from lakesink.errors import CommitError, ConfigurationError
+from lakesink.errors import CommitError, ConfigurationError, TableNotFoundError
 from lakesink.file_source import Quarantined, SourcePosition
+from lakesink.journal import TxnState
 from lakesink.lock import ProcessLock
 from lakesink.protocol import SinkState
 from lakesink.sql import delta_path, string_literal
@@ -67,12 +68,16 @@ class CheckpointRecord:
 class CheckpointStore:
     """The checkpoint table under ``state_dir``: one append-only row per completed checkpoint."""
 
-    def __init__(self, spark: SparkSession, state_dir: str) -> None:
+    def __init__(self, spark: SparkSession, state_dir: str, *, create: bool = True) -> None:
         from delta.tables import DeltaTable
 
         self.spark = spark
         self.path = str(Path(state_dir).resolve() / "checkpoints")
         if not DeltaTable.isDeltaTable(spark, self.path):
+            if not create:
+                raise TableNotFoundError(
+                    f"no checkpoints at {self.path}: pass the --state folder the job ran with"
+                )
             (
                 DeltaTable.createIfNotExists(spark)
                 .location(self.path)
@@ -164,19 +169,25 @@ class CheckpointCoordinator:
     ) -> CheckpointRecord:
         """Pre-commit every sink, record the checkpoint, then commit every sink.
 
-        Failure scenarios, all resolved by a restart from the last completed checkpoint:
+        Failure scenarios (2-4 are resolved by a restart from the last completed one):
 
-        1. Crash before the record: the pre-committed transactions are not in any
+        1. A sink's validation failed: every sink's transaction of the checkpoint is held
+           or aborted with it before the record; the checkpoint completes (its input is
+           consumed), nothing of it is committed, and an operator decides on a held one.
+        2. Crash before the record: the pre-committed transactions are not in any
            completed checkpoint; the restarted sinks abort them and the source replays.
-        2. Crash after the record, before or during the commits: the restarted sinks find
+        3. Crash after the record, before or during the commits: the restarted sinks find
            them in the record and commit them (idempotently); the source does not replay.
-        3. A commit that fails without a crash: raised after every sink was attempted;
+        4. A commit that fails without a crash: raised after every sink was attempted;
            the transaction stays pending and the next checkpoint's commit retries it.
         """
         checkpoint_id = (self.last.checkpoint_id if self.last else 0) + 1
-        states = {}
+        states, transactions = {}, {}
         for sink_id, sink in self.sinks.items():
-            states[sink_id] = sink.snapshot_state(sink.current_checkpoint_id).to_json()
+            state = sink.snapshot_state(sink.current_checkpoint_id)
+            states[sink_id] = state.to_json()
+            transactions[sink_id] = state.pending_commit[-1].handle
+        self._withhold_together(checkpoint_id, transactions)
         self._step("after_pre_commit", checkpoint_id)
         record = CheckpointRecord(
             job_id=self.job_id,
@@ -224,6 +235,29 @@ class CheckpointCoordinator:
         self.close()
 
     # -------------------------------------------------------------- internals
+
+    def _withhold_together(
+        self, checkpoint_id: int, transactions: dict[str, DeltaTransaction]
+    ) -> None:
+        """A failed validation in one sink holds or aborts the checkpoint in every sink.
+
+        The tables of one checkpoint are published together or not at all: totals must
+        not become visible without the orders they sum.
+        """
+        verdicts = {sid: self.sinks[sid].withheld(txn) for sid, txn in transactions.items()}
+        found = set(verdicts.values())
+        worst = TxnState.ABORTED if TxnState.ABORTED in found else TxnState.HELD
+        if worst not in found:
+            return
+        causes = ", ".join(sorted(sid for sid, verdict in verdicts.items() if verdict))
+        for sid, txn in transactions.items():
+            if verdicts[sid] is not worst:
+                self.sinks[sid].withhold(
+                    txn,
+                    worst,
+                    f"checkpoint {checkpoint_id} {worst.value}: validation of sink(s) "
+                    f"{causes} failed",
+                )
 
     def _step(self, name: str, checkpoint_id: int) -> None:
         if self._step_hook is not None:

@@ -3,9 +3,12 @@
 - ``invoke`` appends a DataFrame's rows to the target table, masked
   (``_lakesink_visible = false``) and tagged with the checkpoint and transaction id; each
   append carries ``txnAppId``/``txnVersion`` so a retried append is skipped by Delta.
-- ``pre_commit`` counts the transaction's rows and records it pre-committed in the journal.
-- ``commit`` records the decision, flips the mask with one MERGE keyed on checkpoint id and
-  transaction id (retried on write conflicts), then records it committed.
+- ``pre_commit`` records the transaction pre-committed in the journal, with its row count
+  (observed while the rows were written, so the rows are not read back).
+- ``commit`` flips the mask with one MERGE keyed on checkpoint id and transaction id
+  (retried on write conflicts), then records it committed. The decision to commit is
+  durable before that: the coordinator's checkpoint record, or (standalone) the
+  pre-commit itself, which recovery always commits; an operator's commit journals it.
 - ``abort`` records the transaction aborted; its rows stay masked until the vacuum job.
 
 The table is partitioned by checkpoint id and transaction id. A commit's MERGE pins the
@@ -27,9 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -52,6 +55,9 @@ from lakesink.protocol import Clock, SinkState, TransactionHolder, TwoPhaseCommi
 from lakesink.readers import VISIBLE, create_committed_view
 from lakesink.sql import delta_path, quote_identifier, quote_name, string_literal
 
+if TYPE_CHECKING:
+    from lakesink.validation import ValidationGate, ValidationReport
+
 __all__ = [
     "CHECKPOINT_ID",
     "HIDDEN_PREFIX",
@@ -63,6 +69,7 @@ __all__ = [
     "commit_metadata",
     "retry_on_conflict",
     "session_commit_metadata",
+    "writer_lock",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,6 +203,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             ``_lakesink_journal`` beside the table's folder.
         view_name: Catalog name of the committed view; default: the sink id.
         table_name: Also register the raw table under this catalog name.
+        validation: Audit each checkpoint's pending rows with this Great Expectations
+            gate before they can be committed (see ``lakesink.validation``). Its suite
+            must only name columns the table has.
         commit_retry: Retry policy for commit conflicts.
         step_hook: Called with a step name and the transaction at each protocol step
             (for observability and fault-injection tests).
@@ -214,6 +224,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         journal_path: str | None = None,
         view_name: str | None = None,
         table_name: str | None = None,
+        validation: ValidationGate | None = None,
         commit_retry: CommitRetry | None = None,
         step_hook: StepHook | None = None,
         clock: Clock | None = None,
@@ -245,17 +256,23 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self._app_id = f"lakesink:{self.sink_id}:{writer_id}"
         # Two live processes as one writer would reuse txnVersions: Delta would silently
         # skip one's appends. The lock file is hidden from Delta (leading underscore).
-        self._lock = ProcessLock(
-            Path(self.path) / f"_lakesink_writer_{writer_id}.lock",
-            f"writer {writer_id!r} of sink {self.sink_id!r}",
-        )
+        self._lock = writer_lock(self.path, self.sink_id, writer_id)
         self._steps: dict[str, int] = {}  # appends so far, per live transaction
+        # Rows appended per live transaction, as observed; None once an append's count is
+        # unknown (a retried or skipped write): then pre-commit counts them in the table.
+        self._written: dict[str, int | None] = {}
         self._rows: dict[str, int | None] = {}  # pre-committed row counts, for the journal
         self._failed: dict[str, str] = {}
+        # Pre-committed, then held or aborted by the validation gate: commit skips them.
+        self._withheld: dict[str, TxnState] = {}
         journal_path = str(Path(journal_path or default_journal_path(self.path)).resolve())
-        self.schema, created = _ensure_table(
-            spark, self.path, self.sink_id, _as_struct(spark, schema), journal_path
-        )
+        given = _as_struct(spark, schema)
+        self.validation = validation
+        if validation is not None and given is not None:  # refused before a table is made
+            validation.check_columns(given.fieldNames())
+        self.schema, created = _ensure_table(spark, self.path, self.sink_id, given, journal_path)
+        if validation is not None and given is None:
+            validation.check_columns(self.schema.fieldNames())
         # A table with history but no journal must not silently get a new, empty one:
         # the pre-committed transactions recovery needs would be forgotten.
         self.journal = Journal(spark, journal_path, create=created)
@@ -291,47 +308,57 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         """
         sink = cls(spark, path, **options)  # type: ignore[arg-type]
         sink._lock.acquire()
-        committable = (
-            None
-            if restore == "journal"
-            else {h.handle.txn_id for h in (restore.pending_commit if restore else ())}
-        )
-        sink.initialize_state(sink.restored_state(committable))
+        sink.initialize_state(sink.restored_state(restore))
         create_committed_view(spark, sink.path, sink.view_name, sink.schema.fieldNames())
         return sink
 
-    def restored_state(self, committable: set[str] | None = None) -> SinkState[DeltaTransaction]:
+    def restored_state(
+        self, restore: SinkState[DeltaTransaction] | Literal["journal"] | None = "journal"
+    ) -> SinkState[DeltaTransaction]:
         """Rebuild this writer's protocol state from the journal, aborting the leftovers.
 
-        Failure scenarios it handles, for this writer's transactions:
+        ``restore`` is as for ``open``. Failure scenarios it handles, for this writer's
+        transactions:
 
-        1. Decided (``committing``): the commit decision was made for a completed
-           checkpoint, so it is committed whatever else is known.
-        2. Pre-committed: committed if ``committable`` is None (the journal is the
-           checkpoint record) or names it; otherwise its checkpoint never completed, its
-           input is replayed, so it is aborted (Flink's lingering transaction).
-        3. Open: never pre-committed, so aborted.
-        4. Checkpoint ids go on above every id this writer used and every id any writer of
+        1. Decided (``committing``): an operator decided to commit it, or its commit was
+           under way and retrying conflicts: it is committed whatever else is known.
+        2. Pre-committed: committed if restoring from the journal (it is the checkpoint
+           record) or if the restored checkpoint lists it; otherwise its checkpoint never
+           completed, its input is replayed, so it is aborted (Flink's lingering
+           transaction).
+        3. Held by the validation gate: left for an operator if its checkpoint completed;
+           otherwise its input is replayed, and committing it later would duplicate rows,
+           so it is aborted.
+        4. Open: never pre-committed, so aborted.
+        5. Checkpoint ids go on above every id this writer used and every id any writer of
            the sink pre-committed, so no id is reused and writers started together share.
         """
+        from_journal = restore == "journal"
+        committable = set() if from_journal else _txn_ids(restore)
+        completed_through = 0 if from_journal or restore is None else restore.last_checkpoint_id
         pending: list[TransactionHolder[DeltaTransaction]] = []
         last_id = 0
         for status in self.journal.transactions(self.sink_id):
             if status.writer_id != self.writer_id:
-                if status.state.committable or status.state is TxnState.COMMITTED:
+                if status.state not in (TxnState.OPEN, TxnState.ABORTED):
                     last_id = max(last_id, status.checkpoint_id)
                 continue
             last_id = max(last_id, status.checkpoint_id)
             txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
             decided = status.state is TxnState.COMMITTING
             checkpointed = status.state is TxnState.PRE_COMMITTED and (
-                committable is None or status.txn_id in committable
+                from_journal or status.txn_id in committable
+            )
+            replayed_hold = (
+                status.state is TxnState.HELD
+                and not from_journal
+                and status.checkpoint_id > completed_through
             )
             if decided or checkpointed:
                 started_ms = int(status.opened_at.timestamp() * 1000)
                 pending.append(TransactionHolder(txn, status.checkpoint_id, started_ms))
                 self._rows[status.txn_id] = status.row_count
-            elif status.state in (TxnState.OPEN, TxnState.PRE_COMMITTED):
+            elif status.state in (TxnState.OPEN, TxnState.PRE_COMMITTED) or replayed_hold:
                 self.recover_and_abort(txn)
                 log.info(
                     "%s: aborted leftover %s transaction %s", self.name, status.state.value, txn
@@ -348,11 +375,31 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         try:
             if commit:
                 self._rows[txn.txn_id] = status.row_count
+                # Neither a checkpoint record nor the journal's pre-commit may make this
+                # commit recoverable (a held or uncheckpointed transaction): journal it.
+                self.journal.record(
+                    self._entry(txn, TxnState.COMMITTING, attempt=1, detail="operator commit")
+                )
                 self.recover_and_commit(txn)
             else:
                 self.recover_and_abort(txn)
         finally:
             self.release()
+
+    def withheld(self, transaction: DeltaTransaction) -> TxnState | None:
+        """``held`` or ``aborted`` if validation kept this pre-committed one from commit."""
+        return self._withheld.get(transaction.txn_id)
+
+    def withhold(self, transaction: DeltaTransaction, state: TxnState, reason: str) -> None:
+        """Keep a pre-committed transaction from its commit: hold or abort it, journaled."""
+        if state not in (TxnState.HELD, TxnState.ABORTED):
+            raise ProtocolError(f"{self.name}: can only hold or abort, not {state.value}")
+        self.journal.record(
+            self._entry(
+                transaction, state, row_count=self._rows.get(transaction.txn_id), detail=reason
+            )
+        )
+        self._withheld[transaction.txn_id] = state
 
     def checkpoint(self) -> int:
         """Pre-commit the open transaction; return its checkpoint id for the commit."""
@@ -367,6 +414,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # nothing to recover, and a checkpoint then costs no journal commit for it.
         txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
         self._steps[txn.txn_id] = 0
+        self._written[txn.txn_id] = 0
         return txn
 
     def invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
@@ -382,10 +430,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         if step == 1:  # before any row lands, so recovery knows to abort it
             self.journal.record(self._entry(transaction, TxnState.OPEN))
         for attempt in range(1, APPEND_ATTEMPTS + 1):
+            observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
             try:
                 self._step("before_append", transaction)
                 (
-                    frame.write.format("delta")
+                    frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+                    .write.format("delta")
                     .mode("append")
                     .option("txnAppId", self._app_id)
                     .option("txnVersion", str(version))
@@ -393,6 +443,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     .save(self.path)
                 )
                 self._step("after_append", transaction)
+                self._count_written(transaction, observation if attempt == 1 else None)
                 break
             except Exception as exc:
                 # Same appId and version on retry: if the failed attempt did commit, Delta
@@ -405,18 +456,46 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def pre_commit(self, transaction: DeltaTransaction) -> None:
         self._check_not_failed(transaction)
-        rows = self._count(transaction) if self._steps[transaction.txn_id] else 0
+        rows = self._written.pop(transaction.txn_id, None)
+        if rows is None:
+            rows = self._rows_of(transaction).count()
         self._rows[transaction.txn_id] = rows
+        state, report, detail = TxnState.PRE_COMMITTED, None, None
+        if self.validation is not None and rows:
+            report = self.validation.validate(self.pending_rows(transaction))
+            state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
-        self.journal.record(self._entry(transaction, TxnState.PRE_COMMITTED, row_count=rows))
+        self.journal.record(
+            self._entry(
+                transaction,
+                state,
+                row_count=rows,
+                detail=detail,
+                validation=report.to_json() if report else None,
+            )
+        )
+        if state is not TxnState.PRE_COMMITTED:
+            self._withheld[transaction.txn_id] = state
         log.info(
-            "%s: pre-committed checkpoint %d (%d rows)", self.name, transaction.checkpoint_id, rows
+            "%s: pre-committed checkpoint %d (%d rows)%s",
+            self.name,
+            transaction.checkpoint_id,
+            rows,
+            "" if state is TxnState.PRE_COMMITTED else f", {state.value} by validation",
         )
 
     def commit(self, transaction: DeltaTransaction) -> None:
+        withheld = self._withheld.pop(transaction.txn_id, None)
+        if withheld is not None:
+            log.warning(
+                "%s: checkpoint %d is not committed: validation %s it",
+                self.name,
+                transaction.checkpoint_id,
+                withheld.value,
+            )
+            return
         rows = self._rows.get(transaction.txn_id)
-        self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1))
-        self._step("after_commit_decision", transaction)
+        self._step("before_flip", transaction)
         flipped = self._flip(transaction) if rows != 0 else 0
         self._step("after_flip", transaction)
         self.journal.record(
@@ -430,6 +509,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self._rows.pop(transaction.txn_id, None)
 
     def abort(self, transaction: DeltaTransaction) -> None:
+        self._written.pop(transaction.txn_id, None)
         if self._steps.get(transaction.txn_id) == 0:
             del self._steps[transaction.txn_id]  # never wrote, never journaled: nothing to undo
             return
@@ -481,7 +561,57 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
         )
 
-    def _count(self, transaction: DeltaTransaction) -> int:
+    def _count_written(
+        self, transaction: DeltaTransaction, observation: Observation | None
+    ) -> None:
+        """Add an append's observed row count to the transaction's, or mark it unknown."""
+        known = self._written.get(transaction.txn_id)
+        rows = _observed_rows(observation) if observation is not None else None
+        self._written[transaction.txn_id] = None if known is None or rows is None else known + rows
+
+    def _verdict(
+        self, transaction: DeltaTransaction, report: ValidationReport
+    ) -> tuple[TxnState, str | None]:
+        """What a validation report makes of the transaction, under the gate's policy."""
+        where = f"{self.name}: checkpoint {transaction.checkpoint_id}"
+        if report.success:
+            return TxnState.PRE_COMMITTED, None
+        if report.error is not None:  # whatever the policy: never commit unaudited rows
+            log.error("%s: validation could not run, held: %s", where, report.summary())
+            return TxnState.HELD, "validation could not run; held: lakesink commit or abort it"
+        log.warning("%s: %s (policy %s)", where, report.summary(), report.policy)
+        if report.policy == "warn":
+            return TxnState.PRE_COMMITTED, "validation failed; committed anyway (policy warn)"
+        if report.policy == "quarantine":
+            return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
+        return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
+
+    def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
+        """The transaction's rows in the table, user columns only (what a suite audits)."""
+        return self._rows_of(transaction).select(
+            *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()]
+        )
+
+    def revalidate(self, status: TransactionStatus, gate: ValidationGate) -> ValidationReport:
+        """Run ``gate`` again on a pending transaction's rows; journal the report.
+
+        The transaction keeps its state: an operator reads the report, then commits or
+        aborts the checkpoint.
+        """
+        txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+        report = gate.validate(self.pending_rows(txn))
+        self.journal.record(
+            self._entry(
+                txn,
+                status.state,
+                row_count=status.row_count,
+                detail="validated again by an operator",
+                validation=report.to_json(),
+            )
+        )
+        return report
+
+    def _rows_of(self, transaction: DeltaTransaction) -> DataFrame:
         return (
             self.spark.read.format("delta")
             .load(self.path)
@@ -489,7 +619,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 (F.col(CHECKPOINT_ID) == transaction.checkpoint_id)
                 & (F.col(TXN_ID) == transaction.txn_id)
             )
-            .count()
         )
 
     def _flip(self, transaction: DeltaTransaction) -> int:
@@ -551,6 +680,34 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def _step(self, name: str, transaction: DeltaTransaction) -> None:
         if self._step_hook is not None:
             self._step_hook(name, transaction)
+
+
+def _txn_ids(state: SinkState[DeltaTransaction] | None) -> set[str]:
+    return {h.handle.txn_id for h in (state.pending_commit if state else ())}
+
+
+def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:
+    """The lock a live writer of the table at ``path`` holds (hidden from Delta by its ``_``)."""
+    return ProcessLock(
+        Path(path) / f"_lakesink_writer_{writer_id}.lock",
+        f"writer {writer_id!r} of sink {sink_id!r}",
+    )
+
+
+def _observed_rows(observation: Observation) -> int | None:
+    """The rows an append wrote, or None if Delta skipped it (nothing was observed).
+
+    ``Observation.get`` would wait forever for a write that never ran, so the JVM side's
+    future is asked first; any surprise there just means "unknown" (then the rows are
+    counted in the table).
+    """
+    try:
+        if not observation._jo.future().isCompleted():  # type: ignore[union-attr]
+            return None
+        return int(observation.get["rows"])
+    except Exception as exc:  # a private API: never let it fail a write
+        log.debug("observed row count unavailable: %s", exc)
+        return None
 
 
 def _as_struct(spark: SparkSession, schema: StructType | str | None) -> StructType | None:

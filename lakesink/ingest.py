@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -54,30 +51,14 @@ def totals(orders: DataFrame) -> DataFrame:
 
 
 def crash_hook_from_env() -> Callable[[str, object], None] | None:
-    """A fault-injection hook for crash tests and the demo: ``$LAKESINK_CRASH_AT``.
+    """The fault-injection hook ``$LAKESINK_CRASH_AT`` / ``$LAKESINK_STEP_MARKERS`` ask for.
 
-    ``STEP@CHECKPOINT[+MS]`` kills this process with SIGKILL at that protocol step of that
-    checkpoint, or MS milliseconds later (to die in the middle of the next operation).
+    See ``lakesink.faults``: crash tests and the demo kill the job at a protocol step,
+    cluster fault tests watch the step markers to kill an executor during a given write.
     """
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
-        return None
-    step, _, rest = spec.partition("@")
-    checkpoint, _, delay = rest.partition("+")
+    from lakesink.faults import hook_from_env
 
-    def hook(name: str, subject: object) -> None:
-        current = subject if isinstance(subject, int) else subject.checkpoint_id  # type: ignore[attr-defined]
-        if name != step or current != int(checkpoint):
-            return
-        log.warning(
-            "crash injection: SIGKILL at %s of checkpoint %s +%s ms", step, current, delay or 0
-        )
-        if delay:
-            threading.Timer(int(delay) / 1000, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        else:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
+    return hook_from_env()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-checkpoints", type=int, metavar="K", help="stop after K checkpoints")
     parser.add_argument("--journal", help="journal table (default: beside the table)")
+    parser.add_argument(
+        "--suite",
+        metavar="FILE",
+        help="Great Expectations suite (JSON) every checkpoint's orders must pass before "
+        "they are committed",
+    )
+    parser.add_argument(
+        "--on-failure",
+        choices=["abort", "quarantine", "warn"],
+        default="abort",
+        help="what a checkpoint that fails --suite becomes: aborted (never visible; the "
+        "default), held for an operator (lakesink commit/abort), or committed with a warning",
+    )
     parser.add_argument("--master", help="Spark master URL (default local[*])")
     return parser
 
@@ -137,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
         raise LakesinkError("--files-per-checkpoint must be at least 1")
     if args.checkpoint_seconds <= 0:
         raise LakesinkError("--checkpoint-seconds must be positive")
+    gate = None
+    if args.suite:
+        from lakesink.validation import ValidationGate
+
+        gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
     spark = spark_session(master=args.master, app_name=f"lakesink-{args.job_id}")
     crash = crash_hook_from_env()
     sink_options = {"step_hook": crash, "journal_path": args.journal}
@@ -149,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
             file_format=args.format,
             schema=spark.createDataFrame([], RAW_SCHEMA).schema,
         )
-        orders_sink = coordinator.open_sink(args.table, schema=ORDERS_SCHEMA, **sink_options)
+        orders_sink = coordinator.open_sink(
+            args.table, schema=ORDERS_SCHEMA, validation=gate, **sink_options
+        )
         totals_sink = (
             coordinator.open_sink(args.totals_table, schema=TOTALS_SCHEMA, **sink_options)
             if args.totals_table
@@ -157,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         )
         taken, last = 0, time.monotonic()
         while args.max_checkpoints is None or taken < args.max_checkpoints:
-            files = source.pending(coordinator.position)[: args.files_per_checkpoint]
+            waiting = source.pending(coordinator.position)
+            files = waiting[: args.files_per_checkpoint]
             due = len(files) == args.files_per_checkpoint or (
                 files and time.monotonic() - last >= args.checkpoint_seconds
             )
@@ -182,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
             taken, last = taken + 1, time.monotonic()
             print(
                 f"checkpoint {record.checkpoint_id}: {len(files)} files, {rows} orders"
-                + (f", {len(quarantined)} quarantined" if quarantined else ""),
+                + (f", {len(quarantined)} quarantined" if quarantined else "")
+                + f" ({len(waiting) - len(files)} files left)",
                 flush=True,
             )
     return taken

@@ -53,15 +53,23 @@ class ProcessLock:
         except FileNotFoundError:
             pass
 
-    def _stale(self) -> bool:
+    def is_held(self) -> bool:
+        """True while a live process (any process on another host) holds the lock."""
         try:
             holder = self.path.read_text().strip()
         except FileNotFoundError:
-            return True
+            return False
         host, _, pid = holder.partition(" ")
         if host != socket.gethostname() or not pid.isdigit():
-            return False
-        return holder == self._me or not _alive(int(pid))
+            return True
+        return _alive(int(pid))
+
+    def _stale(self) -> bool:
+        try:
+            mine = self.path.read_text().strip() == self._me
+        except FileNotFoundError:
+            return True
+        return mine or not self.is_held()
 
 
 def _alive(pid: int) -> bool:

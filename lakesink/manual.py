@@ -1,14 +1,15 @@
-"""Operator recovery: commit or abort a sink's pending checkpoint by hand.
+"""Operator recovery: commit, abort or re-validate a sink's pending checkpoint by hand.
 
-For when a job cannot be restarted to recover by itself. The writers of the checkpoint
-must not be running (their locks are taken), and a decided checkpoint cannot be aborted.
+For when a job cannot be restarted to recover by itself, or the validation gate held a
+checkpoint. The writers of the checkpoint must not be running (their locks are taken), and
+a decided checkpoint cannot be aborted.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import SparkSession
 
@@ -17,7 +18,10 @@ from lakesink.errors import ProtocolError, UnknownCheckpointError
 from lakesink.journal import TransactionStatus, TxnState
 from lakesink.status import sink_status
 
-__all__ = ["pending_transactions", "resolve_checkpoint"]
+if TYPE_CHECKING:
+    from lakesink.validation import ValidationGate, ValidationReport
+
+__all__ = ["pending_transactions", "resolve_checkpoint", "revalidate_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ def pending_transactions(
 ) -> list[TransactionStatus]:
     """The not yet committed or aborted transactions of a checkpoint; raise if none."""
     status = sink_status(spark, path)
-    found = [t for t in status.pending if t.checkpoint_id == checkpoint_id]
+    found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
     if not found:
         raise UnknownCheckpointError(
             f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id} "
@@ -72,3 +76,28 @@ def resolve_checkpoint(
         sink = DeltaSink(spark, path, sink_id=txn.sink_id, writer_id=txn.writer_id)
         sink.resolve_by_hand(txn, commit=action == "commit")
     return transactions
+
+
+def revalidate_checkpoint(
+    spark: SparkSession, path: str, checkpoint_id: int, gate: ValidationGate
+) -> list[tuple[TransactionStatus, ValidationReport]]:
+    """Run ``gate`` on the rows of a checkpoint's pre-committed or held transactions.
+
+    Each report is journaled; no state changes (commit or abort afterwards).
+
+    Raises:
+        UnknownCheckpointError: Nothing pre-committed or held in that checkpoint.
+    """
+    transactions = [
+        t for t in pending_transactions(spark, path, checkpoint_id) if t.state is not TxnState.OPEN
+    ]
+    if not transactions:
+        raise UnknownCheckpointError(
+            f"checkpoint {checkpoint_id} of {path} has only open transactions, whose rows "
+            "may be incomplete; nothing to validate"
+        )
+    results = []
+    for txn in transactions:
+        sink = DeltaSink(spark, path, sink_id=txn.sink_id, writer_id=txn.writer_id)
+        results.append((txn, sink.revalidate(txn, gate)))
+    return results

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -11,7 +12,7 @@ from lakesink.errors import TableNotFoundError
 from lakesink.journal import Journal, TransactionStatus, TxnState
 from lakesink.sql import delta_path
 
-__all__ = ["SinkStatus", "sink_status", "table_properties"]
+__all__ = ["SinkStatus", "job_status", "sink_status", "table_properties"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +25,7 @@ class SinkStatus:
     last_committed_checkpoint: int | None
     committed_rows: int
     pending: tuple[TransactionStatus, ...]  # open, pre-committed or being committed
+    held: tuple[TransactionStatus, ...]  # failed validation: an operator decides
     aborted: tuple[TransactionStatus, ...]
 
     def as_dict(self, now: datetime) -> dict:
@@ -36,6 +38,7 @@ class SinkStatus:
                 "age_seconds": round((now - status.opened_at).total_seconds(), 1),
                 "rows": status.row_count,
                 "last_error": status.last_error,
+                "validation": _summary(status.last_validation),
             }
 
         return {
@@ -45,6 +48,7 @@ class SinkStatus:
             "last_committed_checkpoint": self.last_committed_checkpoint,
             "committed_rows": self.committed_rows,
             "pending": [txn(s) for s in self.pending],
+            "held": [txn(s) for s in self.held],
             "aborted": [txn(s) for s in self.aborted],
         }
 
@@ -74,7 +78,35 @@ def sink_status(spark: SparkSession, path: str) -> SinkStatus:
         last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
         committed_rows=sum(s.row_count or 0 for s in committed),
         pending=tuple(
-            s for s in transactions if s.state not in (TxnState.COMMITTED, TxnState.ABORTED)
+            s
+            for s in transactions
+            if s.state not in (TxnState.COMMITTED, TxnState.ABORTED, TxnState.HELD)
         ),
+        held=tuple(s for s in transactions if s.state is TxnState.HELD),
         aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
     )
+
+
+def job_status(spark: SparkSession, state_dir: str, job_id: str) -> dict:
+    """An ingest job's last completed checkpoint and every file it quarantined."""
+    from lakesink.coordinator import CheckpointStore
+
+    records = CheckpointStore(spark, state_dir, create=False).history(job_id)
+    return {
+        "job_id": job_id,
+        "state": str(Path(state_dir).resolve()),
+        "last_completed_checkpoint": records[-1].checkpoint_id if records else None,
+        "quarantined": [
+            {"checkpoint_id": r.checkpoint_id, "file": q.file, "reason": q.reason}
+            for r in records
+            for q in r.quarantined
+        ],
+    }
+
+
+def _summary(report_json: str | None) -> str | None:
+    if report_json is None:
+        return None
+    from lakesink.validation import ValidationReport  # Great Expectations loads slowly
+
+    return ValidationReport.from_json(report_json).summary()

@@ -3,8 +3,9 @@
 Steps, each logged at INFO:
 
 1. Read the journal. Candidates are the sink's aborted transactions and its *open* ones
-   older than ``expire_open_after`` (open means never pre-committed, so nothing can commit
-   them). The expired ones are first recorded aborted in the journal.
+   older than ``expire_open_after`` whose writer is gone (open means never pre-committed,
+   and only its live writer could still pre-commit it: a restarted writer aborts its own
+   leftovers). The expired ones are first recorded aborted in the journal.
 2. Keep out every one already vacuumed, every one the journal shows a commit decided for
    (``committing``/``committed``: something is inconsistent, leave it to a human), and
    every expired one that was pre-committed after the journal was read (its writer lives
@@ -43,6 +44,7 @@ from lakesink.delta_sink import (
     commit_metadata,
     retry_on_conflict,
     session_commit_metadata,
+    writer_lock,
 )
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.journal import Journal, JournalEntry, TransactionStatus, TxnState
@@ -96,7 +98,8 @@ class VacuumReport:
             files past the retention, not only this run's).
         bytes_removed: Their total size.
         skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
-            them, or (expired ones) a pre-commit after this run read it.
+            them, or (expired ones) their writer still runs or pre-committed them after
+            this run read the journal.
     """
 
     table_path: str
@@ -154,7 +157,7 @@ def vacuum(
         journal_path: The journal; default: the table's ``lakesink.journal`` property.
             Given, it must match that property.
         expire_open_after: An open transaction older than this (since its first write) is
-            aborted and removed.
+            aborted and removed, unless its writer still runs (holds its lock file).
         retain_hours: Delta VACUUM retention; default: the table's
             ``delta.deletedFileRetentionDuration`` (168 h unless set).
         allow_short_retention: Permit a retention below that. A short retention can
@@ -191,9 +194,23 @@ def vacuum(
     # 1. Candidates, from the journal's folded states.
     statuses = journal.transactions(sink_id)
     aborted = [s for s in statuses if s.state is TxnState.ABORTED]
-    expired = [
-        s for s in statuses if s.state is TxnState.OPEN and now - s.opened_at > expire_open_after
-    ]
+    expired, live = [], []
+    for s in statuses:
+        if s.state is TxnState.OPEN and now - s.opened_at > expire_open_after:
+            # A live writer may still pre-commit its open transaction, however old; only
+            # a writer that is gone (its lock released or stale) has abandoned it.
+            held = writer_lock(path, sink_id, s.writer_id).is_held()
+            (live if held else expired).append(s)
+    for s in live:
+        log.warning(
+            "%s: open transaction %s (checkpoint %d) is %s old, but writer %r is still "
+            "running; it is not expired",
+            prefix,
+            s.txn_id,
+            s.checkpoint_id,
+            _age(now - s.opened_at),
+            s.writer_id,
+        )
     log.info(
         "%s: sink %r has %d aborted and %d open transaction(s) older than %s",
         prefix,
@@ -217,7 +234,7 @@ def vacuum(
     expired_ids = {s.txn_id for s in expired}
     history = _history(journal, sink_id, [s.txn_id for s in candidates])
     targets: list[TransactionStatus] = []
-    skipped: list[str] = []
+    skipped = [s.txn_id for s in live]
     already = 0
     for status in sorted(candidates, key=lambda s: (s.checkpoint_id, s.txn_id)):
         seen, vacuumed = history.get(status.txn_id, (frozenset(), False))

@@ -57,7 +57,9 @@ def test_status_shows_last_commit_pending_and_aborted(spark, tmp_path, capsys):
     assert "aborted: 1" in human
 
     assert main(["status", "--json", path]) == 0
-    (report,) = json.loads(capsys.readouterr().out)
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["job"] is None
+    (report,) = answer["sinks"]
     assert report["last_committed_checkpoint"] == 1
     assert [(t["checkpoint_id"], t["state"], t["rows"]) for t in report["pending"]] == [
         (2, "pre_committed", 1)

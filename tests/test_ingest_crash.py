@@ -24,11 +24,9 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
 ORDERS, FILES = 200, 4
 
 
-def ingest(tmp_path: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"}
-    if crash_at:
-        env["LAKESINK_CRASH_AT"] = crash_at
-    command = [
+def ingest_command(tmp_path: Path, *extra: str) -> list[str]:
+    """The ingest job over ``tmp_path``'s landing folder, two sinks, 2 files a checkpoint."""
+    return [
         sys.executable,
         str(JOBS / "ingest.py"),
         "--master",
@@ -43,8 +41,36 @@ def ingest(tmp_path: Path, crash_at: str | None = None) -> subprocess.CompletedP
         str(tmp_path / "state"),
         "--files-per-checkpoint",
         "2",
+        *extra,
     ]
+
+
+def ingest(
+    tmp_path: Path, crash_at: str | None = None, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"}
+    if crash_at:
+        env["LAKESINK_CRASH_AT"] = crash_at
+    command = ingest_command(tmp_path, *extra)
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+
+
+def generate(tmp_path: Path, orders: int = ORDERS, files: int = FILES) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            str(JOBS / "generate_orders.py"),
+            "--landing",
+            str(tmp_path / "landing"),
+            "--orders",
+            str(orders),
+            "--files",
+            str(files),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,25 +79,11 @@ def ingest(tmp_path: Path, crash_at: str | None = None) -> subprocess.CompletedP
         "before_append@2+300",  # during the write of checkpoint 2's rows
         "after_pre_commit@2",  # between the pre-commits and the checkpoint record
         "after_record@2",  # between the record and the commits
-        "after_commit_decision@2+200",  # during the commit's MERGE
+        "before_flip@2+200",  # during the commit's MERGE
     ],
 )
 def test_killed_ingest_restarts_and_commits_every_order_once(spark, tmp_path, crash_at):
-    subprocess.run(
-        [
-            sys.executable,
-            str(JOBS / "generate_orders.py"),
-            "--landing",
-            str(tmp_path / "landing"),
-            "--orders",
-            str(ORDERS),
-            "--files",
-            str(FILES),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    generate(tmp_path)
 
     crashed = ingest(tmp_path, crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]

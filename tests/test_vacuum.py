@@ -137,6 +137,7 @@ def test_an_expired_open_transaction_is_marked_aborted_and_removed(spark, table)
     old_pre_committed = write(spark, sink, [1])
     sink.checkpoint()  # as old as the open one, but never removed
     old_open = write(spark, sink, [2])
+    sink.release()  # the writer dies (its lock goes), leaving the open transaction behind
 
     clock.now_ms += 23 * HOUR_MS  # not expired yet
     assert vacuum(spark, str(table), clock=clock, dry_run=True).transactions == ()
@@ -156,10 +157,29 @@ def test_an_expired_open_transaction_is_marked_aborted_and_removed(spark, table)
     assert rows_by_txn(spark, table) == {old_pre_committed: {(1, False)}}
 
 
+def test_an_old_open_transaction_of_a_live_writer_is_not_expired(spark, table):
+    clock = Clock()
+    sink = open_sink(spark, table, clock=clock)
+    slow = write(spark, sink, [1, 2])
+    clock.now_ms += 25 * HOUR_MS
+
+    report = vacuum(spark, str(table), clock=clock)
+
+    # The writer still runs, so it may still pre-commit: expiring it would lose its rows.
+    assert report.transactions == () and report.skipped_txn_ids == (slow,)
+    assert states(spark, table) == {slow: TxnState.OPEN}
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    assert sorted(r.order_id for r in committed(spark, str(table)).collect()) == [1, 2]
+    assert states(spark, table) == {slow: TxnState.COMMITTED}
+    sink.close()
+
+
 def test_dry_run_changes_nothing_yet_reports_the_same_numbers(spark, table):
     clock = Clock()
     aborted = abort_one(spark, table, [1, 2], writer_id="a", clock=clock)
-    expiring = write(spark, open_sink(spark, table, writer_id="b", clock=clock), [3])
+    gone = open_sink(spark, table, writer_id="b", clock=clock)
+    expiring = write(spark, gone, [3])
+    gone.release()
     clock.now_ms += 25 * HOUR_MS
     before = versions(spark, table), rows_by_txn(spark, table), states(spark, table)
     options = dict(retain_hours=0, allow_short_retention=True, clock=clock)

@@ -1,0 +1,99 @@
+"""The ingest job as a user runs it: bad files, a failing audit, a second job started.
+
+How the tests know nothing is lost: every order of a good file ends up committed exactly
+once, the unparsable file sits in the quarantine folder with its reason, and the held
+checkpoint's rows become visible exactly once when the operator commits them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_ingest_crash import ORDERS, generate, ingest, ingest_command
+
+from lakesink import committed
+from lakesink.cli import main
+
+pytestmark = pytest.mark.slow
+
+SUITE = Path(__file__).parent / "data" / "suites" / "orders_quality.json"
+NEGATIVE = (9001, 9002)
+
+
+def committed_ids(spark, tmp_path: Path) -> Counter[int]:
+    return Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
+
+
+def test_bad_files_are_quarantined_and_a_failing_checkpoint_is_held(spark, tmp_path, capsys):
+    generate(tmp_path, files=2)  # checkpoint 1: the two good files
+    landing = tmp_path / "landing"
+    (landing / "z-broken.json").write_text('{"order_id": 7001, "amount": \nnot json at all\n')
+    (landing / "z-negative.json").write_text(
+        "".join(
+            json.dumps({"order_id": i, "customer": "c", "amount": -1.0, "ordered_at": None}) + "\n"
+            for i in NEGATIVE
+        )
+    )
+
+    run = ingest(tmp_path, None, "--suite", str(SUITE), "--on-failure", "quarantine")
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "checkpoint 2: 2 files, 2 orders, 1 quarantined (0 files left)" in run.stdout
+    assert (landing / "_quarantine" / "z-broken.json").exists()
+    assert "does not parse" in (landing / "_quarantine" / "z-broken.json.reason.txt").read_text()
+    assert committed_ids(spark, tmp_path) == Counter(range(1, ORDERS + 1))
+
+    table, state = str(tmp_path / "orders"), str(tmp_path / "state")
+    assert main(["status", table, "--state", state, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    (held,) = status["sinks"][0]["held"]
+    assert held["checkpoint_id"] == 2 and held["rows"] == 2
+    assert "amount" in held["validation"]
+    (quarantined,) = status["job"]["quarantined"]
+    assert quarantined["file"] == "z-broken.json" and "does not parse" in quarantined["reason"]
+    assert main(["status", table, "--state", state]) == 0
+    human = capsys.readouterr().out
+    assert "held: 1" in human and "quarantined files: 1" in human and "z-broken.json" in human
+
+    totals = str(tmp_path / "totals")
+    assert main(["status", totals, "--json"]) == 0  # held with the orders it sums
+    assert [
+        t["checkpoint_id"] for t in json.loads(capsys.readouterr().out)["sinks"][0]["held"]
+    ] == [2]
+
+    for held_table in (table, totals):
+        assert main(["commit", held_table, "--checkpoint", "2", "--yes"]) == 0
+    assert committed_ids(spark, tmp_path) == Counter([*range(1, ORDERS + 1), *NEGATIVE])
+    summed = committed(spark, totals).groupBy().sum("orders").first()[0]
+    assert summed == ORDERS + len(NEGATIVE)
+
+
+def test_a_second_run_of_the_same_job_is_refused_while_the_first_runs(spark, tmp_path):
+    generate(tmp_path)
+    first = subprocess.Popen(
+        ingest_command(tmp_path, "--follow", "--checkpoint-seconds", "1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        line = first.stdout.readline()  # the first checkpoint: the job holds its lock
+        assert line.startswith("checkpoint 1:"), line
+
+        second = ingest(tmp_path)
+
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert "job 'ingest' is already running" in second.stderr
+        deadline = time.monotonic() + 300
+        while committed_ids(spark, tmp_path) != Counter(range(1, ORDERS + 1)):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(2)
+    finally:
+        first.kill()
+        first.wait()
