@@ -1,0 +1,411 @@
+"""The audit queries on a lakesink table built through the real API, then tampered with.
+
+The story the fixture writes, with times from a test clock (seconds after its start):
+
+1. writer "a": checkpoint 1, 3 rows written at 0, pre-committed at 10, committed at 25;
+2. checkpoint 2, 2 rows written at 30, pre-committed at 40, committed at 100;
+3. checkpoint 3, 2 rows written at 110; the writer closes at 115 (aborted), then the
+   vacuum job removes them at 120;
+4. writer "a" again, with a validation gate under the ``warn`` policy: checkpoint 4, 2 rows
+   (one with a negative order id) fail the suite at 140, and are committed anyway at 150;
+5. checkpoint 5, 2 good rows written at 160, pre-committed at 170, never committed
+   (pending);
+6. writer "b", with the gate under ``quarantine``: checkpoint 6, 2 rows (one without an
+   item) fail the suite at 190 and are held;
+7. checkpoint 7, 1 row written at 200; the writer closes at 205 (aborted, kept masked).
+
+So the committed view must show exactly checkpoints 1, 2 and 4: 7 rows. A step hook reads
+the table's Delta version right after each MERGE and append, so the expected history
+mapping is what Delta reported at the time, not a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from delta.tables import DeltaTable
+
+from lakesink.audit import (
+    AuditFailedError,
+    AuditReport,
+    Phase,
+    audit_table,
+    exactly_once_checks,
+    failed_validations,
+    raise_on_failures,
+    snapshot,
+    to_frame,
+)
+from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
+from lakesink.errors import TableNotFoundError
+from lakesink.journal import TxnState
+from lakesink.vacuum import vacuum
+from lakesink.validation import ValidationGate
+
+SCHEMA = "order_id BIGINT, item STRING"
+# A GX 1.x suite file, as ExpectationSuite.to_json_dict() writes it.
+SUITE = {
+    "name": "orders_sane",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "item"}},
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "order_id", "min_value": 1, "max_value": 1000},
+        },
+    ],
+    "meta": {},
+}
+T0_MS = 1_700_000_000_000
+CHECK_NAMES = (
+    "no duplicate transaction rows",
+    "no visible row of a non-committed checkpoint",
+    "committed row counts equal the journal's",
+    "no row changed outside lakesink",
+)
+
+
+class Clock:
+    """A clock the test sets; DeltaSink and vacuum read ``millis()``."""
+
+    def __init__(self) -> None:
+        self.now_ms = T0_MS
+
+    def at(self, seconds: float) -> None:
+        self.now_ms = T0_MS + int(seconds * 1000)
+
+    def millis(self) -> int:
+        return self.now_ms
+
+
+@dataclass
+class Story:
+    """What the fixture did, as the sink and Delta reported it while it happened."""
+
+    path: Path
+    txn: dict[int, str] = field(default_factory=dict)  # checkpoint id -> txn id
+    commit_version: dict[str, int] = field(default_factory=dict)
+    append_version: dict[str, list[int]] = field(default_factory=dict)
+    vacuum_version: int = -1
+
+
+def latest_version(spark, path: Path) -> int:
+    return int(DeltaTable.forPath(spark, str(path)).history(1).first().version)
+
+
+def build_audited_table(spark, path: Path) -> Story:
+    """Write the module docstring's story into a lakesink table at ``path``."""
+    story = Story(path=path)
+    clock = Clock()
+    suite = path.parent / "suite.json"
+    suite.write_text(json.dumps(SUITE))
+
+    def hook(step: str, txn) -> None:
+        if step == "after_flip":
+            story.commit_version[txn.txn_id] = latest_version(spark, path)
+        elif step == "after_append":
+            story.append_version.setdefault(txn.txn_id, []).append(latest_version(spark, path))
+
+    def open_sink(writer: str, policy: str | None = None) -> DeltaSink:
+        gate = ValidationGate.from_file(suite, policy=policy) if policy else None
+        return DeltaSink.open(
+            spark,
+            str(path),
+            schema=SCHEMA,
+            writer_id=writer,
+            view_name=f"audit_{path.name}",
+            validation=gate,
+            clock=clock,
+            step_hook=hook,
+        )
+
+    def write(sink: DeltaSink, rows: list[tuple], at: float) -> None:
+        clock.at(at)
+        sink.write(spark.createDataFrame(rows, SCHEMA))
+        story.txn[sink.current_checkpoint_id] = sink.state.current.handle.txn_id
+
+    def checkpoint(sink: DeltaSink, at: float) -> int:
+        clock.at(at)
+        return sink.checkpoint()
+
+    def commit(sink: DeltaSink, checkpoint_id: int, at: float) -> None:
+        clock.at(at)
+        sink.notify_checkpoint_complete(checkpoint_id)
+
+    def close(sink: DeltaSink, at: float) -> None:
+        clock.at(at)
+        sink.close()
+
+    sink = open_sink("a")
+    write(sink, [(1, "apple"), (2, "pear"), (3, "fig")], at=0)
+    commit(sink, checkpoint(sink, at=10), at=25)
+    write(sink, [(4, "plum"), (5, "kiwi")], at=30)
+    commit(sink, checkpoint(sink, at=40), at=100)
+    write(sink, [(6, "lime"), (7, "date")], at=110)
+    close(sink, at=115)  # checkpoint 3 aborted
+
+    story.vacuum_version = latest_version(spark, path) + 1  # its DELETE comes next
+    clock.at(120)
+    report = vacuum(spark, str(path), retain_hours=0, allow_short_retention=True, clock=clock)
+    assert report.txn_ids == (story.txn[3],)
+
+    sink = open_sink("a", "warn")
+    write(sink, [(-8, "sloe"), (9, "yuzu")], at=130)
+    commit(sink, checkpoint(sink, at=140), at=150)  # checkpoint 4 fails, committed anyway
+    write(sink, [(10, "quince"), (11, "grape")], at=160)
+    checkpoint(sink, at=170)  # checkpoint 5 pending
+    sink.close()
+
+    sink = open_sink("b", "quarantine")
+    write(sink, [(12, None), (13, "melon")], at=180)
+    checkpoint(sink, at=190)  # checkpoint 6 fails, held
+    write(sink, [(14, "peach")], at=200)
+    close(sink, at=205)  # checkpoint 7 aborted, rows kept masked
+    return story
+
+
+@pytest.fixture(scope="module")
+def story(spark, tmp_path_factory) -> Story:
+    return build_audited_table(spark, tmp_path_factory.mktemp("audit") / "orders")
+
+
+@pytest.fixture(scope="module")
+def report(spark, story) -> AuditReport:
+    """The audit of the untouched table."""
+    return audit_table(spark, str(story.path))
+
+
+def tampered_copy(story: Story, tmp_path: Path) -> Path:
+    """A copy of the table (same sink, same journal) to tamper with."""
+    copy = tmp_path / "orders"
+    shutil.copytree(story.path, copy)
+    return copy
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp((T0_MS + seconds * 1000) / 1000, tz=timezone.utc)
+
+
+def checks_by_name(spark, path: Path) -> dict:
+    return {c.name: c for c in exactly_once_checks(spark, snapshot(spark, str(path)))}
+
+
+def test_timeline_tells_each_checkpoint_as_it_happened(story, report):
+    snap = report.snapshot
+    audits = {a.checkpoint_id: a for a in report.timeline}
+
+    assert sorted(audits) == [1, 2, 3, 4, 5, 6, 7]
+    assert {c: a.txn_id for c, a in audits.items()} == story.txn
+    assert {c: a.phase for c, a in audits.items()} == {
+        1: Phase.COMMITTED,
+        2: Phase.COMMITTED,
+        3: Phase.ABORTED,
+        4: Phase.COMMITTED,
+        5: Phase.PENDING,
+        6: Phase.HELD,
+        7: Phase.ABORTED,
+    }
+    assert (audits[5].state, audits[6].state) == (TxnState.PRE_COMMITTED, TxnState.HELD)
+    assert {c: a.writer_id for c, a in audits.items()} == dict.fromkeys(range(1, 6), "a") | {
+        6: "b",
+        7: "b",
+    }
+    # Rows: what the journal recorded, and what the table holds, visible and masked.
+    counts = {c: (a.row_count, a.visible_rows, a.masked_rows) for c, a in audits.items()}
+    assert counts == {
+        1: (3, 3, 0),
+        2: (2, 2, 0),
+        3: (None, 0, 0),  # never pre-committed; its 2 rows vacuumed
+        4: (2, 2, 0),
+        5: (2, 0, 2),
+        6: (2, 0, 2),
+        7: (None, 0, 1),
+    }
+    assert [c for c, a in audits.items() if a.vacuumed] == [3]
+    # Times come from the sinks' clock: latency is pre-commit -> commit, exactly.
+    assert (audits[1].opened_at, audits[1].pre_committed_at, audits[1].committed_at) == (
+        at(0),
+        at(10),
+        at(25),
+    )
+    latencies = {c: a.commit_latency_s for c, a in audits.items() if a.commit_latency_s}
+    assert latencies == {1: 15.0, 2: 60.0, 4: 10.0}
+    assert (audits[3].aborted_at, audits[7].aborted_at, audits[6].held_at) == (
+        at(115),
+        at(205),
+        at(190),
+    )
+    ages = {c: a.pending_age_s for c, a in audits.items() if a.pending_age_s is not None}
+    assert ages == {
+        5: pytest.approx((snap.taken_at - at(160)).total_seconds()),
+        6: pytest.approx((snap.taken_at - at(180)).total_seconds()),
+    }
+    assert [c for c, a in audits.items() if a.validation] == [4, 5, 6]
+    frame = to_frame(audits.values())
+    assert list(frame["phase"]) == [
+        "committed",
+        "committed",
+        "aborted",
+        "committed",
+        "pending",
+        "held",
+        "aborted",
+    ]
+
+
+def test_failed_validations_name_each_failed_expectation_and_what_it_led_to(story, report):
+    found = [
+        (f.checkpoint_id, f.txn_id, f.state, f.policy, f.expectation, f.column, f.rows)
+        for f in report.validation_failures
+    ]
+
+    # Checkpoint 5 was validated too, and passed: it is not a failure.
+    assert found == [
+        (
+            4,
+            story.txn[4],
+            TxnState.PRE_COMMITTED,  # warn: committed anyway
+            "warn",
+            "expect_column_values_to_be_between",
+            "order_id",
+            2,
+        ),
+        (
+            6,
+            story.txn[6],
+            TxnState.HELD,
+            "quarantine",
+            "expect_column_values_to_not_be_null",
+            "item",
+            2,
+        ),
+    ]
+    warned, held = report.validation_failures
+    assert (warned.event_time, held.event_time) == (at(140), at(190))
+    assert warned.suite == held.suite == "orders_sane"
+    assert "-8" in warned.observed and json.loads(warned.kwargs)["min_value"] == 1
+    assert "null" in held.summary
+    assert to_frame(report.validation_failures)["state"].tolist() == ["pre_committed", "held"]
+
+
+def test_history_lines_delta_versions_up_with_the_journal(story, report):
+    snap, history = report.snapshot, report.history
+    audits = {a.checkpoint_id: a for a in report.timeline}
+
+    # The version each MERGE made is the version that made its checkpoint visible.
+    assert {c: audits[c].commit_version for c in (1, 2, 4)} == {
+        c: story.commit_version[story.txn[c]] for c in (1, 2, 4)
+    }
+    assert [audits[c].commit_version for c in (3, 5, 6, 7)] == [None] * 4
+    assert audits[3].vacuum_version == story.vacuum_version
+    assert [c for c, a in audits.items() if a.vacuum_version is not None] == [3]
+
+    by_version = {e.version: e for e in history}
+    assert [e.version for e in history] == list(range(snap.table_version + 1))
+    assert by_version[0].operation == "CREATE TABLE" and by_version[0].lakesink is None
+    for checkpoint, rows in ((1, 3), (2, 2), (4, 2)):
+        entry = by_version[audits[checkpoint].commit_version]
+        assert (entry.operation, entry.lakesink, entry.rows) == ("MERGE", "commit", rows)
+        assert (entry.checkpoint_id, entry.txn_ids) == (checkpoint, (story.txn[checkpoint],))
+    deleted = by_version[story.vacuum_version]
+    assert (deleted.operation, deleted.lakesink, deleted.txn_ids, deleted.rows) == (
+        "DELETE",
+        "vacuum",
+        (story.txn[3],),
+        2,
+    )
+    # Every append is there once, as the write it was, with the rows it wrote.
+    writes = {e.version: e for e in history if e.lakesink == "write"}
+    assert sorted(writes) == sorted(v for vs in story.append_version.values() for v in vs)
+    assert {(e.checkpoint_id, e.step, e.rows) for e in writes.values()} == {
+        (1, 1, 3),
+        (2, 1, 2),
+        (3, 1, 2),
+        (4, 1, 2),
+        (5, 1, 2),
+        (6, 1, 2),
+        (7, 1, 1),
+    }
+
+
+def test_every_check_passes_on_the_untouched_table(spark, story, report):
+    # The committed view holds exactly checkpoints 1, 2 and 4, each row once.
+    visible = spark.read.format("delta").load(str(story.path)).where(VISIBLE)
+    assert sorted(r.order_id for r in visible.collect()) == [-8, 1, 2, 3, 4, 5, 9]
+    assert report.snapshot.table_version == latest_version(spark, story.path)
+    assert [c.name for c in report.checks] == list(CHECK_NAMES)
+    assert [str(c) for c in report.checks] == [f"PASS  {name}" for name in CHECK_NAMES]
+    assert report.passed
+    raise_on_failures([report])  # raises nothing
+    assert failed_validations(spark, report.snapshot) == report.validation_failures
+
+
+def test_making_an_aborted_transactions_rows_visible_fails_the_visibility_check(
+    spark, story, tmp_path
+):
+    copy = tampered_copy(story, tmp_path)
+    aborted = story.txn[7]
+    spark.sql(f"UPDATE delta.`{copy}` SET {VISIBLE} = true WHERE {TXN_ID} = '{aborted}'").collect()
+    tamper_version = latest_version(spark, copy)
+
+    report = audit_table(spark, str(copy))
+    checks = {c.name: c for c in report.checks}
+
+    assert checks["no duplicate transaction rows"].passed
+    visibility = checks["no visible row of a non-committed checkpoint"]
+    assert visibility.offenders == (aborted,)
+    assert str(visibility) == f"FAIL  no visible row of a non-committed checkpoint: {aborted}"
+    assert "1 visible rows but is aborted" in visibility.findings[0].reason
+    # The committed view now shows a row the journal never committed.
+    assert checks["committed row counts equal the journal's"].offenders == ("total",)
+    assert checks["no row changed outside lakesink"].offenders == (f"version {tamper_version}",)
+    with pytest.raises(AuditFailedError, match=aborted) as raised:
+        raise_on_failures([report])
+    assert isinstance(raised.value, AssertionError)
+    assert f"no visible row of a non-committed checkpoint in {copy}" in str(raised.value)
+
+
+def test_a_duplicate_append_of_a_committed_transaction_fails_the_duplicate_check(
+    spark, story, report, tmp_path
+):
+    copy = tampered_copy(story, tmp_path)
+    victim = story.txn[1]
+    # Replay checkpoint 1's append as a retry that Delta failed to skip would: same rows,
+    # same lakesink metadata, so only the row counts and the history can tell.
+    first_write = next(
+        e for e in report.history if e.lakesink == "write" and e.txn_ids == (victim,)
+    )
+    metadata = (
+        DeltaTable.forPath(spark, str(copy))
+        .history()
+        .where(f"version = {first_write.version}")
+        .first()
+        .userMetadata
+    )
+    rows = spark.read.format("delta").load(str(copy)).where(f"{TXN_ID} = '{victim}'")
+    rows.write.format("delta").mode("append").option("userMetadata", metadata).save(str(copy))
+
+    checks = checks_by_name(spark, copy)
+
+    duplicates = checks["no duplicate transaction rows"]
+    assert duplicates.offenders == (victim,)
+    assert [f.reason for f in duplicates.findings] == [
+        f"{victim} (checkpoint 1) has 6 rows in the table, the journal pre-committed 3",
+        f"{victim} (checkpoint 1) has append 1 in the history 2 times",
+    ]
+    assert checks["committed row counts equal the journal's"].offenders == (victim, "total")
+    assert checks["no visible row of a non-committed checkpoint"].passed
+    assert checks["no row changed outside lakesink"].passed  # it wore lakesink's metadata
+    assert json.loads(metadata)["txn_id"] == victim
+
+
+def test_a_table_lakesink_did_not_write_is_refused(spark, tmp_path):
+    plain = tmp_path / "plain"
+    spark.createDataFrame([(1,)], "x INT").write.format("delta").save(str(plain))
+
+    with pytest.raises(TableNotFoundError, match="not written by lakesink"):
+        snapshot(spark, str(plain))
