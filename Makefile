@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -48,6 +48,17 @@ metastore-up: $(STAMP)
 
 metastore-down: $(STAMP)
 	$(BIN)/lakesink metastore stop --dir $(METASTORE_DIR) --port $(METASTORE_PORT)
+
+# A local Spark standalone cluster (a master and two 1-core workers, each its own JVM, on
+# loopback) to run jobs on with spark-submit: README, "Running on a cluster".
+CLUSTER_DIR := $(CURDIR)/.cache/cluster
+CLUSTER_PORT ?= 7077
+
+cluster-up: $(STAMP)
+	$(BIN)/python -m lakesink.cluster start --dir $(CLUSTER_DIR) --port $(CLUSTER_PORT)
+
+cluster-down: $(STAMP)
+	$(BIN)/python -m lakesink.cluster stop --dir $(CLUSTER_DIR)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

@@ -1,0 +1,140 @@
+"""Fault injection for crash tests, cluster fault tests and the demo, set in the environment.
+
+- ``LAKESINK_CRASH_AT=STEP@CHECKPOINT[+MS]`` kills the process with SIGKILL at that protocol
+  step of that checkpoint, or MS milliseconds later (to die in the middle of the next
+  operation).
+- ``LAKESINK_STEP_MARKERS=DIR`` creates a file ``DIR/STEP@CHECKPOINT.N`` at every step,
+  N counting the step's occurrences in that checkpoint (one per sink: the first is the
+  first sink opened), holding the time. A test watching from outside then knows what the
+  job is doing, e.g. to kill an executor while a given write runs.
+- ``LAKESINK_HOLD_AT=STEP@CHECKPOINT`` (with the markers) makes the job wait at that step
+  until the file ``DIR/STEP@CHECKPOINT.go`` exists (at most ten minutes), so a test can
+  get ready (freeze the executors, say) before the job goes on.
+
+Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``after_flip``
+(and any other) from ``DeltaSink``; ``after_pre_commit``, ``after_record`` from the
+checkpoint coordinator. The hook gets the step and either the transaction (which has a
+``checkpoint_id``) or the checkpoint id itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakesink.errors import ConfigurationError
+
+__all__ = ["CRASH_ENV", "HOLD_ENV", "MARKERS_ENV", "StepHook", "StepPoint", "hook_from_env"]
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "LAKESINK_CRASH_AT"
+MARKERS_ENV = "LAKESINK_STEP_MARKERS"
+HOLD_ENV = "LAKESINK_HOLD_AT"
+HOLD_LIMIT_S = 600.0
+
+StepHook = Callable[[str, object], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPoint:
+    """A protocol step of one checkpoint, maybe plus a delay: where a fault is injected."""
+
+    step: str
+    checkpoint_id: int
+    delay_ms: int = 0
+
+    @classmethod
+    def parse(cls, spec: str, variable: str = CRASH_ENV) -> StepPoint:
+        """Read ``STEP@CHECKPOINT[+MS]``, the value of ``variable``.
+
+        Raises:
+            ConfigurationError: The spec is not of that form.
+        """
+        match = re.fullmatch(r"(\w+)@(\d+)(?:\+(\d+))?", spec.strip())
+        if not match:
+            raise ConfigurationError(
+                f"{variable}={spec!r} is not STEP@CHECKPOINT[+MS], e.g. after_record@2 or "
+                "before_append@2+300"
+            )
+        step, checkpoint, delay = match.groups()
+        return cls(step=step, checkpoint_id=int(checkpoint), delay_ms=int(delay or 0))
+
+    def __str__(self) -> str:
+        return f"{self.step}@{self.checkpoint_id}"
+
+
+def hook_from_env(environ: Mapping[str, str] | None = None) -> StepHook | None:
+    """The step hook the fault-injection variables ask for, or None when none is set.
+
+    Raises:
+        ConfigurationError: A spec is malformed, or a hold is asked without markers.
+    """
+    environ = os.environ if environ is None else environ
+    crash_spec, markers, hold_spec = (environ.get(v) for v in (CRASH_ENV, MARKERS_ENV, HOLD_ENV))
+    if not (crash_spec or markers or hold_spec):
+        return None
+    if hold_spec and not markers:
+        raise ConfigurationError(
+            f"{HOLD_ENV} needs {MARKERS_ENV}: the job waits for a file in that folder"
+        )
+    crash = StepPoint.parse(crash_spec, CRASH_ENV) if crash_spec else None
+    hold = StepPoint.parse(hold_spec, HOLD_ENV) if hold_spec else None
+    marker_dir = Path(markers).resolve() if markers else None
+    if marker_dir is not None:
+        marker_dir.mkdir(parents=True, exist_ok=True)
+
+    def hook(step: str, subject: object) -> None:
+        checkpoint = subject if isinstance(subject, int) else subject.checkpoint_id  # type: ignore[attr-defined]
+        here = (step, checkpoint)
+        if marker_dir is not None:  # first, so a watcher sees the step the process died at
+            _mark(marker_dir, f"{step}@{checkpoint}")
+        if hold is not None and marker_dir is not None and here == (hold.step, hold.checkpoint_id):
+            _hold(marker_dir / f"{hold}.go", hold)
+        if crash is not None and here == (crash.step, crash.checkpoint_id):
+            _kill_self(crash)
+
+    return hook
+
+
+def _mark(folder: Path, name: str) -> None:
+    for occurrence in range(1, 1000):
+        try:
+            fd = os.open(folder / f"{name}.{occurrence}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as marker:
+            marker.write(f"{time.time():.6f}\n")
+        return
+
+
+def _hold(go: Path, point: StepPoint) -> None:
+    log.warning("fault injection: holding at %s until %s exists", point, go)
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            log.warning(
+                "fault injection: nobody released %s in %.0fs; going on", point, HOLD_LIMIT_S
+            )
+            return
+        time.sleep(0.01)
+
+
+def _kill_self(crash: StepPoint) -> None:
+    log.warning(
+        "crash injection: SIGKILL at %s of checkpoint %s +%s ms",
+        crash.step,
+        crash.checkpoint_id,
+        crash.delay_ms,
+    )
+    if crash.delay_ms:
+        threading.Timer(crash.delay_ms / 1000, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
