@@ -37,3 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+
+
+# The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped).
+from cluster_fixture import spark_cluster  # noqa: E402, F401

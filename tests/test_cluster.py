@@ -1,0 +1,227 @@
+"""The ingest job on a real Spark standalone cluster: task retries, speculation, dead JVMs.
+
+The cluster is a master and two 1-core workers, each its own JVM (``spark_cluster``), and
+the job runs through ``spark-submit`` as the README says. Faults are real: an executor or a
+whole worker JVM is SIGKILLed while it runs a task of the pre-commit write or of the
+commit's MERGE, or the driver is SIGKILLed in the middle of the MERGE.
+
+How the tests know nothing was lost or duplicated: every generated order id is in the
+committed view exactly once and the totals table sums to the number of orders; and that
+the fault really hit the intended work: the Spark event log shows a task attempt of that
+very stage failing with ``ExecutorLostFailure`` and the same task succeeding afterwards
+(or, for the driver, the journal shows the commit decided but not done when it died).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from cluster_fixture import (
+    lost_task_attempts,
+    stage_descriptions,
+    stage_is,
+    submit_ingest,
+)
+from test_ingest_crash import generate
+
+from lakesink import committed
+from lakesink.cluster import LocalCluster, submit_command
+from lakesink.coordinator import CheckpointStore
+from lakesink.delta_sink import TXN_ID, VISIBLE
+from lakesink.journal import Journal, TxnState
+from lakesink.session import delta_maven_coordinate
+
+ORDERS, FILES = 20_000, 4  # two checkpoints of two files, 10,000 orders each
+README = Path(__file__).resolve().parent.parent / "README.md"
+# The MERGE's stage that writes the flipped rows into new files.
+MERGE_WRITE = stage_is("Writing modified data - MERGE")
+
+# Copies launch as soon as a task runs longer than the stage's first finished one (0.1 s
+# at least); single-task stages get one after 0.2 s. The efficiency check is off, or Spark
+# only copies tasks that process records slower than average.
+SPECULATION = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "50ms",
+    "spark.speculation.quantile": "0.1",
+    "spark.speculation.multiplier": "1.0",
+    "spark.speculation.minTaskRuntime": "100ms",
+    "spark.speculation.task.duration.threshold": "200ms",
+    "spark.speculation.efficiency.enabled": "false",
+}
+
+
+def ingest_arguments(work: Path) -> list[str]:
+    return [
+        "--landing", str(work / "landing"),
+        "--table", str(work / "orders"),
+        "--totals-table", str(work / "totals"),
+        "--state", str(work / "state"),
+        "--files-per-checkpoint", "2",
+    ]  # fmt: skip
+
+
+def assert_every_order_once(spark, work: Path, orders: int = ORDERS) -> None:
+    """Every order committed once, both sinks, and the journal's row counts are the rows."""
+    ids = Counter(r.order_id for r in committed(spark, str(work / "orders")).collect())
+    assert set(ids) == set(range(1, orders + 1)), f"{orders - len(ids)} orders lost"
+    duplicated = {i: n for i, n in ids.items() if n > 1}
+    assert not duplicated, f"orders committed more than once: {list(duplicated.items())[:10]}"
+    totals = committed(spark, str(work / "totals")).groupBy().sum("orders").first()[0]
+    assert totals == orders  # the second sink of the same checkpoints, also exactly once
+    visible = Counter(
+        r[TXN_ID]
+        for r in spark.read.format("delta").load(str(work / "orders")).where(VISIBLE).collect()
+    )
+    journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
+    journaled = {
+        t.txn_id: t.row_count
+        for t in journal.transactions("orders")
+        if t.state is TxnState.COMMITTED
+    }
+    assert journaled == dict(visible), "the journal's row counts are not the committed rows"
+
+
+def assert_lost_task_retried(events: list[dict], *words: str) -> dict:
+    """A task of a stage described by ``words`` died with its executor and then succeeded."""
+    described = stage_descriptions(events)
+    lost = [
+        e
+        for e in lost_task_attempts(events)
+        if all(word in described[e["Stage ID"]] for word in words)
+    ]
+    assert lost, f"no task of a {' '.join(words)!r} stage was lost: {lost_task_attempts(events)}"
+    for attempt in lost:
+        stage, index = attempt["Stage ID"], attempt["Task Info"]["Index"]
+        assert any(
+            e["Event"] == "SparkListenerTaskEnd"
+            and (e["Stage ID"], e["Task Info"]["Index"]) == (stage, index)
+            and e["Task End Reason"]["Reason"] == "Success"
+            for e in events
+        ), f"task {index} of stage {stage} never succeeded after its executor was lost"
+    return lost[0]
+
+
+def test_readme_runs_the_cluster_the_way_the_tests_do():
+    """The README's commands are the fixture's: same start command, same spark-submit flags."""
+    text = README.read_text()
+    section = text.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+    lines = block.replace("\\\n", " ").splitlines()
+    assert any("python -m lakesink.cluster start --dir" in line for line in lines)
+    assert any("python -m lakesink.cluster stop --dir" in line for line in lines)
+    (submit,) = [line for line in lines if "spark-submit" in line]
+    words = shlex.split(submit.split("#", 1)[0].replace('"$(.venv/bin/lakesink jars)"', "JARS"))
+    master = words[words.index("--master") + 1]
+    application = next(w for w in words if w.endswith(".py"))
+    documented = words[1 : words.index(application)]
+    expected = submit_command(master, application)[1:-1]
+    assert [delta_maven_coordinate() if w == "JARS" else w for w in documented] == expected
+    assert "PYSPARK_PYTHON" in block  # the executors' and the driver's Python
+
+
+@pytest.mark.slow
+def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
+    spark, spark_cluster: LocalCluster, tmp_path
+):
+    generate(tmp_path, ORDERS, FILES)
+
+    job = submit_ingest(spark_cluster, tmp_path, *ingest_arguments(tmp_path), conf=SPECULATION)
+
+    assert job.wait() == 0, job.tail()
+    assert_every_order_once(spark, tmp_path)
+    events = job.event_log()
+    hosts = {
+        e["Executor Info"]["Host"] for e in events if e["Event"] == "SparkListenerExecutorAdded"
+    }
+    assert len(hosts) == 2, f"the job did not run on both workers: {hosts}"
+    copies = [
+        e
+        for e in events
+        if e["Event"] == "SparkListenerTaskStart" and e["Task Info"]["Speculative"]
+    ]
+    described = stage_descriptions(events)
+    in_writes = [e for e in copies if "save at" in described[e["Stage ID"]]]
+    assert in_writes, f"no speculative copy of a Delta write task: {len(copies)} elsewhere"
+    print(f"\n{len(copies)} speculative task copies, {len(in_writes)} of Delta write tasks")
+
+
+@pytest.mark.slow
+def test_worker_killed_during_the_pre_commit_write(spark, spark_cluster: LocalCluster, tmp_path):
+    generate(tmp_path, ORDERS, FILES)
+    job = submit_ingest(
+        spark_cluster,
+        tmp_path,
+        *ingest_arguments(tmp_path),
+        env={"LAKESINK_HOLD_AT": "before_append@2"},
+    )
+    try:
+        # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
+        # between its before_append and after_append markers.
+        with job.stepped_until(
+            stage_is("save at"), held="before_append@2", before="after_append@2.1"
+        ) as busy:
+            victim = busy[0]
+            host = victim["hostPort"].rsplit(":", 1)[0]
+            (worker,) = [w for w in spark_cluster.workers if w.host == host]
+            spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
+        assert job.wait() == 0, job.tail()  # no restart: Spark ran the lost tasks again
+    finally:
+        spark_cluster.revive()
+
+    assert_every_order_once(spark, tmp_path)
+    lost = assert_lost_task_retried(job.event_log(), "save at")
+    assert lost["Task End Reason"]["Executor ID"] == victim["id"]
+
+
+@pytest.mark.slow
+def test_executor_killed_during_the_commit_merge(spark, spark_cluster: LocalCluster, tmp_path):
+    generate(tmp_path, ORDERS, FILES)
+    job = submit_ingest(
+        spark_cluster,
+        tmp_path,
+        *ingest_arguments(tmp_path),
+        env={"LAKESINK_HOLD_AT": "after_record@2"},  # checkpoint 2 complete, commits next
+    )
+
+    with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1") as busy:
+        victim = busy[0]
+        os.kill(job.executor_pid(victim), signal.SIGKILL)  # the worker lives on
+    assert job.wait() == 0, job.tail()
+
+    assert_every_order_once(spark, tmp_path)
+    lost = assert_lost_task_retried(job.event_log(), "Writing modified data - MERGE")
+    assert lost["Task End Reason"]["Executor ID"] == victim["id"]
+
+
+@pytest.mark.slow
+def test_driver_killed_during_the_commit_merge_then_restarted(
+    spark, spark_cluster: LocalCluster, tmp_path
+):
+    generate(tmp_path, ORDERS, FILES)
+    job = submit_ingest(
+        spark_cluster,
+        tmp_path,
+        *ingest_arguments(tmp_path),
+        env={"LAKESINK_HOLD_AT": "after_record@2"},
+    )
+
+    with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1"):
+        job.kill_driver()
+
+    # It died inside the commit: checkpoint 2 is recorded, its orders not yet committed.
+    (last,) = CheckpointStore(spark, str(tmp_path / "state")).history("ingest", latest_only=True)
+    assert last.checkpoint_id == 2
+    journal = Journal(spark, str(tmp_path / "_lakesink_journal"), create=False)
+    (second,) = [t for t in journal.transactions("orders") if t.checkpoint_id == 2]
+    assert second.state is not TxnState.COMMITTED
+    restarted = submit_ingest(
+        spark_cluster, tmp_path, *ingest_arguments(tmp_path), name="restarted"
+    )
+    assert restarted.wait() == 0, restarted.tail()
+    assert_every_order_once(spark, tmp_path)
