@@ -14,6 +14,12 @@ METASTORE_PORT ?= 1527
 
 setup: $(STAMP)
 
+# Fetch the Delta jars once, before parallel test workers and job processes share the cache.
+IVY_STAMP := $(LAKESINK_IVY_DIR)/.lakesink-warm
+$(IVY_STAMP): $(STAMP)
+	$(BIN)/python -c "from lakesink.session import spark_session; spark_session(master='local[1]').stop()"
+	touch $@
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -29,9 +35,11 @@ format: $(STAMP)
 	$(BIN)/ruff format lakesink jobs tests
 	$(BIN)/ruff check --fix lakesink jobs tests
 
-# The whole suite, slow process and crash tests included.
-test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The whole suite, slow process, crash and cluster tests included, in two worker processes
+# (a Spark test spends much of its time waiting: JVM starts, Delta commits, child jobs).
+PYTEST_WORKERS ?= 2
+test: lint $(IVY_STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
 test-fast: lint

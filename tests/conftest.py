@@ -33,10 +33,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.stop()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        if "spark_cluster" in fixtures:  # one worker runs them all: one cluster, not two
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped).
