@@ -47,6 +47,9 @@ from lakesink.journal import TxnState
 from lakesink.vacuum import vacuum
 from lakesink.validation import ValidationGate
 
+# One xdist worker runs the module, so the story below is written once, not per worker.
+pytestmark = pytest.mark.xdist_group("audit")
+
 SCHEMA = "order_id BIGINT, item STRING"
 # A GX 1.x suite file, as ExpectationSuite.to_json_dict() writes it.
 SUITE = {

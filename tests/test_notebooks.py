@@ -26,7 +26,8 @@ from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
 from lakesink.journal import Journal, default_journal_path
 from lakesink.validation import ValidationGate
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module, so its table is written once, not per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
