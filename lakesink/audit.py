@@ -93,7 +93,7 @@ _ROWS_METRIC = {
     "UPDATE": "numUpdatedRows",
     "DELETE": "numDeletedRows",
 }
-# A commit decision may be visible before its "committed" event: the MERGE comes between.
+# An operator's commit decision is journaled before its MERGE: its rows may be visible.
 _DECIDED = (TxnState.COMMITTING, TxnState.COMMITTED)
 
 
@@ -123,8 +123,12 @@ class Phase(str, Enum):
 class AuditSnapshot:
     """A lakesink table and its journal, pinned to versions that agree with each other.
 
-    Every journal event of a change visible in ``table_version`` is in ``journal_version``,
-    and every change the journal records as done there is in ``table_version``.
+    ``journal_version`` was the journal's latest both before and after ``table_version``
+    was read. So every change the journal records as done (a ``committed`` event follows
+    its MERGE) is in ``table_version``, and every event journaled before a change in
+    ``table_version`` (a pre-commit, an operator's decision) is in ``journal_version``. A
+    commit caught between its MERGE and its ``committed`` event (or stopped there by a
+    crash, until recovery commits it again) shows pre-committed, with its commit version.
 
     Attributes:
         table_path: The table's folder.
@@ -333,8 +337,7 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     """Pin a lakesink table and its journal to versions that agree.
 
     Reads the journal's version, then the table's, then the journal's again, until the
-    journal did not move in between: then every event of a change in the table is in the
-    journal, and every change the journal records is in the table.
+    journal did not move in between (see ``AuditSnapshot`` for what that guarantees).
 
     Args:
         spark: A Delta-ready session.
@@ -497,7 +500,8 @@ def exactly_once_checks(
        journal recorded at its pre-commit, and no append of a transaction is in the
        history twice.
     2. No visible row of a non-committed transaction: every visible row belongs to a
-       transaction the journal shows committed (or decided, ``committing``).
+       transaction the journal shows committed, decided (``committing``), or pre-committed
+       with its lakesink commit MERGE in the history (a commit in flight).
     3. Committed row counts equal the journal's: each committed transaction has exactly
        its journaled rows visible and none masked, and the committed view's total is the
        sum of the journal's committed rows.
@@ -749,11 +753,12 @@ def _check_visibility(audits: Sequence[TransactionAudit]) -> CheckResult:
             f"rows but is {a.state.value if a.state else 'not in the journal'}",
         )
         for a in audits
-        if a.visible_rows and a.state not in _DECIDED
+        if a.visible_rows and not _publishable(a)
     )
     return CheckResult(
         name="no visible row of a non-committed checkpoint",
-        description="every visible row belongs to a transaction the journal shows committed",
+        description="every visible row belongs to a transaction the journal shows committed "
+        "(or whose commit MERGE is made and its committed event still to come)",
         findings=findings,
     )
 
@@ -770,11 +775,13 @@ def _check_counts(audits: Sequence[TransactionAudit]) -> CheckResult:
         for a in done
         if a.visible_rows != a.row_count or a.masked_rows
     ]
-    # Every visible row, whoever it belongs to: what the committed view shows. A decided
-    # commit between its MERGE and its "committed" event counts what it shows.
+    # Every visible row, whoever it belongs to: what the committed view shows. A commit
+    # between its MERGE and its "committed" event counts what it shows.
     visible_total = sum(a.visible_rows for a in audits)
-    deciding = sum(a.visible_rows for a in audits if a.state is TxnState.COMMITTING)
-    journaled = sum(a.row_count or 0 for a in done) + deciding
+    in_flight = sum(
+        a.visible_rows for a in audits if a.state is not TxnState.COMMITTED and _publishable(a)
+    )
+    journaled = sum(a.row_count or 0 for a in done) + in_flight
     if visible_total != journaled:
         findings.append(
             Finding(
@@ -787,6 +794,18 @@ def _check_counts(audits: Sequence[TransactionAudit]) -> CheckResult:
         description="each committed transaction shows exactly its journaled rows, and the "
         "committed view's total is the journal's",
         findings=tuple(findings),
+    )
+
+
+def _publishable(audit: TransactionAudit) -> bool:
+    """May its rows be visible: committed, decided, or its commit MERGE already made.
+
+    The normal commit journals ``committed`` after its MERGE, and nothing before it but the
+    pre-commit: a pre-committed transaction whose lakesink commit MERGE is in the history
+    is a commit in flight, or stopped by a crash until recovery commits it again.
+    """
+    return audit.state in _DECIDED or (
+        audit.state is TxnState.PRE_COMMITTED and audit.commit_version is not None
     )
 
 

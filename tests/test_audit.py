@@ -8,13 +8,14 @@ The story the fixture writes, with times from a test clock (seconds after its st
 3. writer "a" again, with a validation gate under the ``warn`` policy: checkpoint 3, 2 rows
    (one with a negative order id) written at 50 fail the suite at 60, and are committed
    anyway at 120;
-4. checkpoint 4, 2 good rows written at 130, pre-committed at 140, never committed
-   (pending);
-5. writer "b", with the gate under ``quarantine``: checkpoint 5, 2 rows (one without an
-   item) written at 150 fail the suite at 160 and are held;
-6. checkpoint 6, 1 row written at 170; the writer closes at 175 (aborted, kept masked).
+4. checkpoint 4, 2 rows written at 130, pre-committed at 140; its commit at 150 stops
+   (a crash) after the MERGE, before the journal records it committed;
+5. checkpoint 5, 2 rows written at 160, pre-committed at 170, never committed (pending);
+6. writer "b", with the gate under ``quarantine``: checkpoint 6, 2 rows (one without an
+   item) written at 180 fail the suite at 190 and are held;
+7. checkpoint 7, 1 row written at 200; the writer closes at 205 (aborted, kept masked).
 
-So the committed view must show exactly checkpoints 1 and 3: 5 rows. A step hook reads
+So the committed view must show exactly checkpoints 1, 3 and 4: 7 rows. A step hook reads
 the table's Delta version right after each MERGE and append, so the expected history
 mapping is what Delta reported at the time, not a guess.
 """
@@ -42,7 +43,7 @@ from lakesink.audit import (
     to_frame,
 )
 from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
-from lakesink.errors import TableNotFoundError
+from lakesink.errors import CommitError, TableNotFoundError
 from lakesink.journal import TxnState
 from lakesink.vacuum import vacuum
 from lakesink.validation import ValidationGate
@@ -70,6 +71,10 @@ CHECK_NAMES = (
     "committed row counts equal the journal's",
     "no row changed outside lakesink",
 )
+
+
+class Crash(Exception):
+    """A process death, simulated at a protocol step."""
 
 
 class Clock:
@@ -107,9 +112,13 @@ def build_audited_table(spark, path: Path) -> Story:
     suite = path.parent / "suite.json"
     suite.write_text(json.dumps(SUITE))
 
+    crash_after_flip: set[str] = set()
+
     def hook(step: str, txn) -> None:
         if step == "after_flip":
             story.commit_version[txn.txn_id] = latest_version(spark, path)
+            if txn.txn_id in crash_after_flip:
+                raise Crash(f"after the MERGE of checkpoint {txn.checkpoint_id}")
         elif step == "after_append":
             story.append_version.setdefault(txn.txn_id, []).append(latest_version(spark, path))
 
@@ -158,14 +167,18 @@ def build_audited_table(spark, path: Path) -> Story:
     write(sink, [(-8, "sloe"), (9, "yuzu")], at=50)
     commit(sink, checkpoint(sink, at=60), at=120)  # checkpoint 3 fails, committed anyway
     write(sink, [(10, "quince"), (11, "grape")], at=130)
-    checkpoint(sink, at=140)  # checkpoint 4 pending
+    crash_after_flip.add(story.txn[4])
+    with pytest.raises(CommitError):
+        commit(sink, checkpoint(sink, at=140), at=150)  # checkpoint 4: MERGE, no record
+    write(sink, [(12, "lemon"), (13, "melon")], at=160)
+    checkpoint(sink, at=170)  # checkpoint 5 pending
     sink.close()
 
     sink = open_sink("b", "quarantine")
-    write(sink, [(12, None), (13, "melon")], at=150)
-    checkpoint(sink, at=160)  # checkpoint 5 fails, held
-    write(sink, [(14, "peach")], at=170)
-    close(sink, at=175)  # checkpoint 6 aborted, rows kept masked
+    write(sink, [(14, None), (15, "olive")], at=180)
+    checkpoint(sink, at=190)  # checkpoint 6 fails, held
+    write(sink, [(16, "peach")], at=200)
+    close(sink, at=205)  # checkpoint 7 aborted, rows kept masked
     return story
 
 
@@ -199,28 +212,31 @@ def test_timeline_tells_each_checkpoint_as_it_happened(story, report):
     snap = report.snapshot
     audits = {a.checkpoint_id: a for a in report.timeline}
 
-    assert sorted(audits) == [1, 2, 3, 4, 5, 6]
+    assert sorted(audits) == [1, 2, 3, 4, 5, 6, 7]
     assert {c: a.txn_id for c, a in audits.items()} == story.txn
     assert {c: a.phase for c, a in audits.items()} == {
         1: Phase.COMMITTED,
         2: Phase.ABORTED,
         3: Phase.COMMITTED,
-        4: Phase.PENDING,
-        5: Phase.HELD,
-        6: Phase.ABORTED,
+        4: Phase.PENDING,  # its MERGE is made; recovery will record it committed
+        5: Phase.PENDING,
+        6: Phase.HELD,
+        7: Phase.ABORTED,
     }
-    assert (audits[4].state, audits[5].state) == (TxnState.PRE_COMMITTED, TxnState.HELD)
+    states = (audits[4].state, audits[5].state, audits[6].state)
+    assert states == (TxnState.PRE_COMMITTED, TxnState.PRE_COMMITTED, TxnState.HELD)
     writers = {c: a.writer_id for c, a in audits.items()}
-    assert writers == {1: "a", 2: "a", 3: "a", 4: "a", 5: "b", 6: "b"}
+    assert writers == {1: "a", 2: "a", 3: "a", 4: "a", 5: "a", 6: "b", 7: "b"}
     # Rows: what the journal recorded, and what the table holds, visible and masked.
     counts = {c: (a.row_count, a.visible_rows, a.masked_rows) for c, a in audits.items()}
     assert counts == {
         1: (3, 3, 0),
         2: (None, 0, 0),  # never pre-committed; its 2 rows vacuumed
         3: (2, 2, 0),
-        4: (2, 0, 2),
+        4: (2, 2, 0),
         5: (2, 0, 2),
-        6: (None, 0, 1),
+        6: (2, 0, 2),
+        7: (None, 0, 1),
     }
     assert [c for c, a in audits.items() if a.vacuumed] == [2]
     # Times come from the sinks' clock: latency is pre-commit -> commit, exactly.
@@ -231,16 +247,16 @@ def test_timeline_tells_each_checkpoint_as_it_happened(story, report):
     )
     latencies = {c: a.commit_latency_s for c, a in audits.items() if a.commit_latency_s}
     assert latencies == {1: 15.0, 3: 60.0}
-    ended = (audits[2].aborted_at, audits[5].held_at, audits[6].aborted_at)
-    assert ended == (at(35), at(160), at(175))
+    ended = (audits[2].aborted_at, audits[6].held_at, audits[7].aborted_at)
+    assert ended == (at(35), at(190), at(205))
     ages = {c: a.pending_age_s for c, a in audits.items() if a.pending_age_s is not None}
     assert ages == {
-        4: pytest.approx((snap.taken_at - at(130)).total_seconds()),
-        5: pytest.approx((snap.taken_at - at(150)).total_seconds()),
+        c: pytest.approx((snap.taken_at - at(opened)).total_seconds())
+        for c, opened in ((4, 130), (5, 160), (6, 180))
     }
-    assert [c for c, a in audits.items() if a.validation] == [3, 4, 5]
+    assert [c for c, a in audits.items() if a.validation] == [3, 4, 5, 6]
     frame = to_frame(audits.values())
-    phases = ["committed", "aborted", "committed", "pending", "held", "aborted"]
+    phases = ["committed", "aborted", "committed", "pending", "pending", "held", "aborted"]
     assert list(frame["phase"]) == phases
 
 
@@ -250,7 +266,7 @@ def test_failed_validations_name_each_failed_expectation_and_what_it_led_to(stor
         for f in report.validation_failures
     ]
 
-    # Checkpoint 4 was validated too, and passed: it is not a failure.
+    # Checkpoints 4 and 5 were validated too, and passed: they are no failures.
     assert found == [
         (
             3,
@@ -262,8 +278,8 @@ def test_failed_validations_name_each_failed_expectation_and_what_it_led_to(stor
             2,
         ),
         (
-            5,
-            story.txn[5],
+            6,
+            story.txn[6],
             TxnState.HELD,
             "quarantine",
             "expect_column_values_to_not_be_null",
@@ -272,7 +288,7 @@ def test_failed_validations_name_each_failed_expectation_and_what_it_led_to(stor
         ),
     ]
     warned, held = report.validation_failures
-    assert (warned.event_time, held.event_time) == (at(60), at(160))
+    assert (warned.event_time, held.event_time) == (at(60), at(190))
     assert warned.suite == held.suite == "orders_sane"
     assert "-8" in warned.observed and json.loads(warned.kwargs)["min_value"] == 1
     assert "null" in held.summary
@@ -284,17 +300,18 @@ def test_history_lines_delta_versions_up_with_the_journal(story, report):
     audits = {a.checkpoint_id: a for a in report.timeline}
 
     # The version each MERGE made is the version that made its checkpoint visible.
-    assert {c: audits[c].commit_version for c in (1, 3)} == {
-        c: story.commit_version[story.txn[c]] for c in (1, 3)
+    # Checkpoint 4's too, though the journal has not recorded that commit yet.
+    assert {c: audits[c].commit_version for c in (1, 3, 4)} == {
+        c: story.commit_version[story.txn[c]] for c in (1, 3, 4)
     }
-    assert [audits[c].commit_version for c in (2, 4, 5, 6)] == [None] * 4
+    assert [audits[c].commit_version for c in (2, 5, 6, 7)] == [None] * 4
     assert audits[2].vacuum_version == story.vacuum_version
     assert [c for c, a in audits.items() if a.vacuum_version is not None] == [2]
 
     by_version = {e.version: e for e in history}
     assert [e.version for e in history] == list(range(snap.table_version + 1))
     assert by_version[0].operation == "CREATE TABLE" and by_version[0].lakesink is None
-    for checkpoint, rows in ((1, 3), (3, 2)):
+    for checkpoint, rows in ((1, 3), (3, 2), (4, 2)):
         entry = by_version[audits[checkpoint].commit_version]
         assert (entry.operation, entry.lakesink, entry.rows) == ("MERGE", "commit", rows)
         assert (entry.checkpoint_id, entry.txn_ids) == (checkpoint, (story.txn[checkpoint],))
@@ -314,14 +331,16 @@ def test_history_lines_delta_versions_up_with_the_journal(story, report):
         (3, 1, 2),
         (4, 1, 2),
         (5, 1, 2),
-        (6, 1, 1),
+        (6, 1, 2),
+        (7, 1, 1),
     }
 
 
 def test_every_check_passes_on_the_untouched_table(spark, story, report):
-    # The committed view holds exactly checkpoints 1 and 3, each row once.
+    # The committed view holds exactly checkpoints 1, 3 and 4 (its commit in flight), each
+    # row once: the checks pass on it.
     visible = spark.read.format("delta").load(str(story.path)).where(VISIBLE)
-    assert sorted(r.order_id for r in visible.collect()) == [-8, 1, 2, 3, 9]
+    assert sorted(r.order_id for r in visible.collect()) == [-8, 1, 2, 3, 9, 10, 11]
     assert report.snapshot.table_version == latest_version(spark, story.path)
     assert [c.name for c in report.checks] == list(CHECK_NAMES)
     assert [str(c) for c in report.checks] == [f"PASS  {name}" for name in CHECK_NAMES]
@@ -334,7 +353,7 @@ def test_making_an_aborted_transactions_rows_visible_fails_the_visibility_check(
     spark, story, tmp_path
 ):
     copy = tampered_copy(story, tmp_path)
-    aborted = story.txn[6]
+    aborted = story.txn[7]
     spark.sql(f"UPDATE delta.`{copy}` SET {VISIBLE} = true WHERE {TXN_ID} = '{aborted}'").collect()
     tamper_version = latest_version(spark, copy)
 
