@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down
+.PHONY: setup lint format test test-all test-fast demo clean metastore-up metastore-down cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -35,10 +35,14 @@ format: $(STAMP)
 	$(BIN)/ruff format lakesink jobs tests
 	$(BIN)/ruff check --fix lakesink jobs tests
 
-# The whole suite, slow process, crash and cluster tests included, in two worker processes
+# The suite CI runs, slow process and crash tests included, in two worker processes
 # (a Spark test spends much of its time waiting: JVM starts, Delta commits, child jobs).
 PYTEST_WORKERS ?= 2
 test: lint $(IVY_STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not cluster and not bench" $(PYTEST_ARGS)
+
+# Everything, with the standalone-cluster fault tests, the soak and the quick benchmark.
+test-all: lint $(IVY_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.

@@ -41,6 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
         if "spark_cluster" in fixtures:  # one worker runs them all: one cluster, not two
             item.add_marker(pytest.mark.xdist_group("cluster"))
+            item.add_marker(pytest.mark.cluster)
+        if "quick_run" in fixtures:  # the quick benchmark run
+            item.add_marker(pytest.mark.bench)
 
 
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped).
