@@ -7,9 +7,9 @@
   N counting the step's occurrences in that checkpoint (one per sink: the first is the
   first sink opened), holding the time. A test watching from outside then knows what the
   job is doing, e.g. to kill an executor while a given write runs.
-- ``LAKESINK_HOLD_AT=STEP@CHECKPOINT`` (with the markers) makes the job wait at that step
-  until the file ``DIR/STEP@CHECKPOINT.go`` exists (at most ten minutes), so a test can
-  get ready (freeze the executors, say) before the job goes on.
+- ``LAKESINK_HOLD_AT=STEP@CHECKPOINT[,STEP@CHECKPOINT...]`` (with the markers) makes the
+  job wait at each of those steps until the file ``DIR/STEP@CHECKPOINT.go`` exists (at
+  most ten minutes), so a test can get ready (freeze the executors, say) before it goes on.
 
 Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``after_flip``
 (and any other) from ``DeltaSink``; ``after_pre_commit``, ``after_record`` from the
@@ -86,7 +86,12 @@ def hook_from_env(environ: Mapping[str, str] | None = None) -> StepHook | None:
             f"{HOLD_ENV} needs {MARKERS_ENV}: the job waits for a file in that folder"
         )
     crash = StepPoint.parse(crash_spec, CRASH_ENV) if crash_spec else None
-    hold = StepPoint.parse(hold_spec, HOLD_ENV) if hold_spec else None
+    holds = {
+        (point.step, point.checkpoint_id): point
+        for point in (
+            StepPoint.parse(spec, HOLD_ENV) for spec in (hold_spec or "").split(",") if spec
+        )
+    }
     marker_dir = Path(markers).resolve() if markers else None
     if marker_dir is not None:
         marker_dir.mkdir(parents=True, exist_ok=True)
@@ -96,8 +101,8 @@ def hook_from_env(environ: Mapping[str, str] | None = None) -> StepHook | None:
         here = (step, checkpoint)
         if marker_dir is not None:  # first, so a watcher sees the step the process died at
             _mark(marker_dir, f"{step}@{checkpoint}")
-        if hold is not None and marker_dir is not None and here == (hold.step, hold.checkpoint_id):
-            _hold(marker_dir / f"{hold}.go", hold)
+        if here in holds and marker_dir is not None:
+            _hold(marker_dir / f"{holds[here]}.go", holds[here])
         if crash is not None and here == (crash.step, crash.checkpoint_id):
             _kill_self(crash)
 

@@ -19,10 +19,12 @@ import re
 import shlex
 import signal
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cluster_fixture import (
+    SubmittedJob,
     lost_task_attempts,
     stage_descriptions,
     stage_is,
@@ -97,13 +99,15 @@ def assert_lost_task_retried(events: list[dict], *words: str) -> dict:
     ]
     assert lost, f"no task of a {' '.join(words)!r} stage was lost: {lost_task_attempts(events)}"
     for attempt in lost:
-        stage, index = attempt["Stage ID"], attempt["Task Info"]["Index"]
+        # By partition: a lost shuffle output makes Spark resubmit the stage (a new stage
+        # attempt, whose tasks are indexed afresh) rather than retry the task alone.
+        stage, partition = attempt["Stage ID"], attempt["Task Info"]["Partition ID"]
         assert any(
             e["Event"] == "SparkListenerTaskEnd"
-            and (e["Stage ID"], e["Task Info"]["Index"]) == (stage, index)
+            and (e["Stage ID"], e["Task Info"]["Partition ID"]) == (stage, partition)
             and e["Task End Reason"]["Reason"] == "Success"
             for e in events
-        ), f"task {index} of stage {stage} never succeeded after its executor was lost"
+        ), f"partition {partition} of stage {stage} never succeeded after its executor died"
     return lost[0]
 
 
@@ -151,14 +155,26 @@ def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
     print(f"\n{len(copies)} speculative task copies, {len(in_writes)} of Delta write tasks")
 
 
-@pytest.mark.slow
-def test_worker_killed_during_the_pre_commit_write(spark, spark_cluster: LocalCluster, tmp_path):
-    generate(tmp_path, ORDERS, FILES)
+@dataclass(frozen=True)
+class FaultedRun:
+    """One job run on the cluster in which two executors died at chosen moments."""
+
+    work: Path
+    job: SubmittedJob
+    worker_victim: dict  # its whole worker JVM killed during checkpoint 2's append
+    merge_victim: dict  # killed alone during checkpoint 3's commit MERGE
+
+
+@pytest.fixture(scope="module")
+def faulted_run(spark_cluster: LocalCluster, tmp_path_factory) -> FaultedRun:
+    """Both executor faults in one run: a job start costs more than either test's checks."""
+    work = tmp_path_factory.mktemp("faulted")
+    generate(work, ORDERS + ORDERS // 2, FILES + 2)  # three checkpoints
     job = submit_ingest(
         spark_cluster,
-        tmp_path,
-        *ingest_arguments(tmp_path),
-        env={"LAKESINK_HOLD_AT": "before_append@2"},
+        work,
+        *ingest_arguments(work),
+        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3"},
     )
     try:
         # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
@@ -166,37 +182,33 @@ def test_worker_killed_during_the_pre_commit_write(spark, spark_cluster: LocalCl
         with job.stepped_until(
             stage_is("save at"), held="before_append@2", before="after_append@2.1"
         ) as busy:
-            victim = busy[0]
-            host = victim["hostPort"].rsplit(":", 1)[0]
+            worker_victim = busy[0]
+            host = worker_victim["hostPort"].rsplit(":", 1)[0]
             (worker,) = [w for w in spark_cluster.workers if w.host == host]
             spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
+        spark_cluster.revive()
+        # Checkpoint 3 is complete (recorded): its commits come next, orders first.
+        with job.stepped_until(MERGE_WRITE, held="after_record@3", before="after_flip@3.1") as busy:
+            merge_victim = busy[0]
+            os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
         assert job.wait() == 0, job.tail()  # no restart: Spark ran the lost tasks again
     finally:
         spark_cluster.revive()
-
-    assert_every_order_once(spark, tmp_path)
-    lost = assert_lost_task_retried(job.event_log(), "save at")
-    assert lost["Task End Reason"]["Executor ID"] == victim["id"]
+    return FaultedRun(work, job, worker_victim, merge_victim)
 
 
 @pytest.mark.slow
-def test_executor_killed_during_the_commit_merge(spark, spark_cluster: LocalCluster, tmp_path):
-    generate(tmp_path, ORDERS, FILES)
-    job = submit_ingest(
-        spark_cluster,
-        tmp_path,
-        *ingest_arguments(tmp_path),
-        env={"LAKESINK_HOLD_AT": "after_record@2"},  # checkpoint 2 complete, commits next
-    )
+def test_worker_killed_during_the_pre_commit_write(spark, faulted_run: FaultedRun):
+    assert_every_order_once(spark, faulted_run.work, ORDERS + ORDERS // 2)
+    lost = assert_lost_task_retried(faulted_run.job.event_log(), "save at")
+    assert lost["Task End Reason"]["Executor ID"] == faulted_run.worker_victim["id"]
 
-    with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1") as busy:
-        victim = busy[0]
-        os.kill(job.executor_pid(victim), signal.SIGKILL)  # the worker lives on
-    assert job.wait() == 0, job.tail()
 
-    assert_every_order_once(spark, tmp_path)
-    lost = assert_lost_task_retried(job.event_log(), "Writing modified data - MERGE")
-    assert lost["Task End Reason"]["Executor ID"] == victim["id"]
+@pytest.mark.slow
+def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun):
+    assert_every_order_once(spark, faulted_run.work, ORDERS + ORDERS // 2)
+    lost = assert_lost_task_retried(faulted_run.job.event_log(), "Writing modified data - MERGE")
+    assert lost["Task End Reason"]["Executor ID"] == faulted_run.merge_victim["id"]
 
 
 @pytest.mark.slow
