@@ -53,7 +53,15 @@ from lakesink.journal import (
 from lakesink.lock import ProcessLock
 from lakesink.protocol import Clock, SinkState, TransactionHolder, TwoPhaseCommitSink
 from lakesink.readers import VISIBLE, create_committed_view
-from lakesink.sql import delta_path, quote_identifier, quote_name, string_literal
+from lakesink.sql import (
+    check_column_names,
+    check_file_name_part,
+    check_path,
+    delta_path,
+    quote_identifier,
+    quote_name,
+    string_literal,
+)
 
 if TYPE_CHECKING:
     from lakesink.validation import ValidationGate, ValidationReport
@@ -232,11 +240,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         ignore_failures_after_transaction_timeout: bool = False,
         timeout_warning_ratio: float | None = None,
     ) -> None:
-        self.path = str(Path(path).resolve())
+        # Every name is checked before anything is written: a name Spark, Delta or a file
+        # name cannot take fails here, named, not half-way through creating the table.
+        self.path = check_path(str(Path(path).resolve()))
         self.sink_id = self.default_sink_id(path, sink_id)
-        self.writer_id = writer_id
-        if not self.sink_id or not writer_id:
-            raise ConfigurationError("sink_id and writer_id must not be empty")
+        self.writer_id = check_file_name_part(writer_id, what="writer id")
+        if not self.sink_id:
+            raise ConfigurationError("sink_id must not be empty")
         super().__init__(
             name=f"lakesink[{self.sink_id}/{writer_id}]",
             clock=clock,
@@ -245,8 +255,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             timeout_warning_ratio=timeout_warning_ratio,
         )
         self.spark = spark
-        self.view_name = view_name or self.sink_id
+        self.view_name = _view_name(view_name, self.sink_id)
         self.table_name = table_name
+        if table_name:
+            quote_name(table_name, what="table name")
         if table_name and table_name == self.view_name:
             raise ConfigurationError(
                 f"table_name and view_name are both {table_name!r}; give them different names"
@@ -266,7 +278,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # Pre-committed, then held or aborted by the validation gate: commit skips them.
         self._withheld: dict[str, TxnState] = {}
         journal_path = str(Path(journal_path or default_journal_path(self.path)).resolve())
+        check_path(journal_path, what="journal path")
         given = _as_struct(spark, schema)
+        if given is not None:
+            check_column_names(given.fieldNames())
         self.validation = validation
         if validation is not None and given is not None:  # refused before a table is made
             validation.check_columns(given.fieldNames())
@@ -684,6 +699,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
 def _txn_ids(state: SinkState[DeltaTransaction] | None) -> set[str]:
     return {h.handle.txn_id for h in (state.pending_commit if state else ())}
+
+
+def _view_name(view_name: str | None, sink_id: str) -> str:
+    """The committed view's catalog name, checked: ``view_name``, else the sink id."""
+    if view_name is not None:
+        quote_name(view_name, what="view name")
+        return view_name
+    if "." in sink_id:  # would name a view in another database, created on the fly
+        raise ConfigurationError(
+            f"the sink id {sink_id!r} (the view name by default) holds a dot; "
+            "pass view_name= with a name of letters, digits and _"
+        )
+    quote_name(sink_id, what="view name (by default the sink id)")
+    return sink_id
 
 
 def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:

@@ -88,9 +88,9 @@ class LandingFolder:
 
     def read(self, files: Sequence[str]) -> tuple[DataFrame, list[Quarantined]]:
         """Rows of the good files, and the files that did not parse (moved to quarantine)."""
-        paths = [str(self.folder / name) for name in files]
         if self.file_format == "parquet":
-            return self._read_parquet(paths)
+            return self._read_parquet(files)
+        paths = [literal_path(self.folder / name) for name in files]
         schema = StructType([*self.schema.fields, StructField(CORRUPT, StringType(), True)])
         reader = self.spark.read.schema(schema).option("mode", "PERMISSIVE")
         reader = reader.option("columnNameOfCorruptRecord", CORRUPT)
@@ -110,21 +110,22 @@ class LandingFolder:
             self._quarantine(name, f"does not parse as {self.file_format}: {line[:200]!r}")
             for name, line in sorted(bad.items())
         ]
-        good = [str(self.folder / name) for name in files if name not in bad]
+        good = [literal_path(self.folder / name) for name in files if name not in bad]
         if not good:
             return self.spark.createDataFrame([], self.schema), quarantined
         # Read again without the quarantined files, so no later action touches them.
         frame = reader.format(self.file_format).load(good)
         return frame.where(F.col(CORRUPT).isNull()).drop(CORRUPT), quarantined
 
-    def _read_parquet(self, paths: list[str]) -> tuple[DataFrame, list[Quarantined]]:
+    def _read_parquet(self, files: Sequence[str]) -> tuple[DataFrame, list[Quarantined]]:
         good, quarantined = [], []
-        for path in paths:
+        for name in files:
+            path = literal_path(self.folder / name)
             try:
                 self.spark.read.schema(self.schema).parquet(path).limit(1).collect()
                 good.append(path)
             except Exception as exc:  # a broken file must not stop the good ones
-                quarantined.append(self._quarantine(Path(path).name, str(exc).splitlines()[0]))
+                quarantined.append(self._quarantine(name, str(exc).splitlines()[0]))
         frame = (
             self.spark.read.schema(self.schema).parquet(*good)
             if good
@@ -139,3 +140,16 @@ class LandingFolder:
         (target / f"{name}.reason.txt").write_text(reason + "\n")
         log.warning("quarantined %s: %s", name, reason)
         return Quarantined(name, reason)
+
+
+# Hadoop's glob syntax: Spark expands a read path holding any of these as a pattern.
+_GLOB_CHARS = "\\*?[]{}"
+
+
+def literal_path(path: Path) -> str:
+    """``path`` for a Spark read that means exactly that file, glob characters escaped.
+
+    A landing file may be named ``orders[1].json`` or ``a*.json``: unescaped, Spark would
+    read whatever the pattern matches (other files too, or none).
+    """
+    return "".join("\\" + c if c in _GLOB_CHARS else c for c in str(path))

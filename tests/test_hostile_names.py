@@ -152,13 +152,6 @@ def test_a_sink_of_hostile_names_writes_commits_reads_and_vacuums_exactly(
     assert spark.read.format("delta").load(path).count() == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the checks proposed for delta_sink.py in issue 7's report; until then "
-    "Spark or Delta fail later and less clearly (ParseException, AnalysisException, "
-    "FileNotFoundError after the table was made) or a dotted folder name quietly creates a "
-    "database",
-)
 @pytest.mark.parametrize(
     ("folder", "options", "named"),
     [
@@ -181,11 +174,6 @@ def test_names_delta_cannot_take_are_refused_before_anything_is_written(
     assert not path.exists() and not spark.catalog.databaseExists("my")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the glob escaping proposed for file_source.py in issue 7's report; until "
-    "then Spark expands the name as a pattern: no file found, or other files read too",
-)
 @pytest.mark.parametrize("name", ["orders*.json", "orders[1].json", "orders{a,b}.json"])
 def test_a_landing_file_with_glob_characters_is_read_exactly(spark, tmp_path, name):
     order = '{"order_id": %d, "customer": "c", "amount": 1.0, "ordered_at": null}\n'
