@@ -41,6 +41,8 @@ SMALL_CLUSTER_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.ui.showConsoleProgress": "false",
+    # The driver's REST API shows task starts at once, not at most every 100 ms.
+    "spark.ui.liveUpdate.period": "0ms",
 }
 
 
@@ -60,6 +62,19 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield load_cluster(directory)
     finally:
         subprocess.run([*command, "stop", "--dir", str(directory)], timeout=120, check=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the figures tests recorded with ``record_property("figures", ...)``.
+
+    A test's own output stays hidden when it passes, and pytest-xdist never shows a
+    worker's; recorded properties travel with the reports to the terminal.
+    """
+    for status in ("passed", "failed"):
+        for report in terminalreporter.getreports(status):
+            for name, value in report.user_properties:
+                if name == "figures":
+                    terminalreporter.write_line(f"{report.nodeid} ({status}): {value}")
 
 
 @dataclass
@@ -168,9 +183,13 @@ class SubmittedJob:
         _signal_all(frozen.values(), signal.SIGSTOP)
 
     def _busy(self, matches: Callable[[dict], bool], frozen: dict[str, int]) -> list[dict]:
-        """Frozen executors with tasks launched, if a matching stage has tasks running."""
+        """Frozen executors with tasks launched, while every active stage matches.
+
+        Every one, so that any running task is one of a matching stage: the stage's own
+        count of active tasks can lag behind the executors' in the status store.
+        """
         stages = self.api("/stages?status=active")
-        if not any(s["numActiveTasks"] > 0 and matches(s) for s in stages):
+        if not stages or not all(matches(s) for s in stages):
             return []
         executors = self.api("/executors")
         return [e for e in executors if e["id"] in frozen and e["activeTasks"] > 0]

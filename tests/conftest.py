@@ -46,5 +46,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.bench)
 
 
-# The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped).
-from cluster_fixture import spark_cluster  # noqa: E402, F401
+# The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped),
+# and the summary lines with the figures those tests record.
+from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401

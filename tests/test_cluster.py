@@ -131,7 +131,7 @@ def test_readme_runs_the_cluster_the_way_the_tests_do():
 
 @pytest.mark.slow
 def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
-    spark, spark_cluster: LocalCluster, tmp_path
+    spark, spark_cluster: LocalCluster, tmp_path, record_property
 ):
     generate(tmp_path, ORDERS, FILES)
 
@@ -152,7 +152,9 @@ def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
     described = stage_descriptions(events)
     in_writes = [e for e in copies if "save at" in described[e["Stage ID"]]]
     assert in_writes, f"no speculative copy of a Delta write task: {len(copies)} elsewhere"
-    print(f"\n{len(copies)} speculative task copies, {len(in_writes)} of Delta write tasks")
+    record_property(
+        "figures", f"{len(copies)} speculative task copies, {len(in_writes)} of Delta write tasks"
+    )
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def _orders(session: SparkSession, first: int) -> DataFrame:
 
 
 def test_two_jobs_a_third_writer_vacuum_and_readers_keep_exactly_once(
-    spark, spark_cluster: LocalCluster, tmp_path: Path, capsys
+    spark, spark_cluster: LocalCluster, tmp_path: Path, record_property
 ):
     tables_dir = tmp_path / "tables"
     tables = {f"orders_{job}": str(tables_dir / f"orders_{job}") for job in JOBS}
@@ -230,8 +230,9 @@ def test_two_jobs_a_third_writer_vacuum_and_readers_keep_exactly_once(
     soak.conflicts_logged = conflicts.count
     elapsed = time.monotonic() - started
     figures = _figures(spark, soak, tmp_path, elapsed)
-    with capsys.disabled():
-        print("\nsoak figures: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    summary = ", ".join(f"{k} {v}" for k, v in figures.items())
+    record_property("figures", summary)  # printed in the terminal summary, xdist or not
+    print(f"soak figures: {summary}")
 
     assert not soak.errors, f"a soak thread failed: {soak.errors!r}"
     assert not overran, f"the ingest jobs did not finish within {DEADLINE_S:.0f}s"
