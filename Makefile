@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-all test-fast demo clean metastore-up metastore-down cluster-up cluster-down
+.PHONY: setup lint format test test-all test-fast demo clean metastore-up metastore-down cluster-up cluster-down bench bench-quick
 
 setup: $(STAMP)
 
@@ -28,20 +28,21 @@ $(STAMP): pyproject.toml
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check lakesink jobs tests
-	$(BIN)/ruff format --check lakesink jobs tests
+	$(BIN)/ruff check lakesink jobs tests benchmarks
+	$(BIN)/ruff format --check lakesink jobs tests benchmarks
 
 format: $(STAMP)
-	$(BIN)/ruff format lakesink jobs tests
-	$(BIN)/ruff check --fix lakesink jobs tests
+	$(BIN)/ruff format lakesink jobs tests benchmarks
+	$(BIN)/ruff check --fix lakesink jobs tests benchmarks
 
-# The suite CI runs, slow process and crash tests included, in two worker processes
-# (a Spark test spends much of its time waiting: JVM starts, Delta commits, child jobs).
+# The suite CI runs, slow process and crash tests and the quick benchmark included, in two
+# worker processes (a Spark test spends much of its time waiting: JVM starts, Delta
+# commits, child jobs).
 PYTEST_WORKERS ?= 2
 test: lint $(IVY_STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not cluster and not bench" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not cluster" $(PYTEST_ARGS)
 
-# Everything, with the standalone-cluster fault tests, the soak and the quick benchmark.
+# Everything, with the standalone-cluster fault tests and the soak.
 test-all: lint $(IVY_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
@@ -52,6 +53,15 @@ test-fast: lint
 # Sample orders, the ingest job killed mid-checkpoint and restarted, vacuum, the proof.
 demo: $(STAMP)
 	$(BIN)/python jobs/demo.py --out demo-output
+
+# The benchmark suite: plain Delta vs lakesink on the same data; the full run's results go to
+# docs/bench.json and docs/bench.png (about 15 minutes on 2 cores). It reports, never asserts.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run --out docs
+
+# The same report from CI-sized data in about two minutes.
+bench-quick: $(STAMP)
+	$(BIN)/python -m benchmarks.run --quick --out .cache/bench-quick
 
 # A shared Hive metastore (Derby network server on 127.0.0.1) for writers and SQL readers
 # in several processes at once; pass the URL it prints as LAKESINK_METASTORE_URL.

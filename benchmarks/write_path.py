@@ -1,64 +1,176 @@
-"""Write path: a plain Delta append vs lakesink pre-commit and commit of the same rows.
+"""Sections 1 and 2: the write path, and what a commit costs by checkpoint size.
 
-    python benchmarks/write_path.py --rows 1000000 --repeat 3
-
-Prints the median seconds of each and the ratio to the plain append measured in the same
-run. (The full benchmark suite is an open issue; this is its first figure.)
+One measurement serves both. For each size, every repetition appends the rows to a fresh
+plain Delta table (the baseline) and, into a fresh lakesink table, writes and pre-commits
+them (``sink.write`` + ``sink.checkpoint()``: the masked append and its journal records),
+then commits them (``sink.notify_checkpoint_complete``: the MERGE flip and its record).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import shutil
 import statistics
-import tempfile
-import time
-from importlib.metadata import version
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from lakesink.delta_sink import DeltaSink
-from lakesink.session import spark_session
+from pyspark.sql import SparkSession
+
+from benchmarks.harness import (
+    Timing,
+    Workspace,
+    alternate,
+    cached_rows,
+    create_plain_table,
+    last_operation_metrics,
+    open_sink,
+    plain_append,
+    timed,
+)
+from benchmarks.report import Column, Section
+
+__all__ = ["WritePoint", "commit_section", "measure", "write_path_section"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    spark = spark_session(app_name="lakesink-bench", conf={"spark.ui.enabled": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
-    data = spark.range(args.rows).selectExpr(
-        "id AS order_id", "concat('customer-', id % 1000) AS customer", "rand() * 100 AS amount"
+@dataclass(frozen=True)
+class WritePoint:
+    """The timings of one size, and the operation metrics of its last MERGE."""
+
+    rows: int
+    plain_append: Timing
+    pre_commit: Timing
+    commit: Timing
+    merge_metrics: dict[str, str]
+
+    @property
+    def total(self) -> float:
+        """Median of pre-commit + commit, repetition by repetition."""
+        pairs = zip(self.pre_commit.samples, self.commit.samples, strict=True)
+        return statistics.median(p + c for p, c in pairs)
+
+
+def measure(
+    spark: SparkSession, workspace: Workspace, sizes: Sequence[int], repetitions: int
+) -> dict[int, WritePoint]:
+    """Time a plain append, a pre-commit and a commit of the same rows, for each size."""
+    points = {}
+    for rows in sorted(set(sizes)):
+        data = cached_rows(spark, rows)
+        merge_metrics: dict[str, str] = {}
+
+        def plain(data=data, rows=rows) -> dict[str, float]:
+            folder = workspace.folder(f"plain-{rows}")
+            create_plain_table(spark, f"{folder}/plain", data.schema)
+            seconds = timed(lambda: plain_append(data, f"{folder}/plain"))
+            workspace.drop(folder)
+            return {"plain_append": seconds}
+
+        def lakesink(data=data, rows=rows, merge_metrics=merge_metrics) -> dict[str, float]:
+            folder = workspace.folder(f"sink-{rows}")
+            path = f"{folder}/orders"
+            sink = open_sink(spark, path, data.schema)
+            checkpoints: list[int] = []
+
+            def pre_commit_rows() -> None:
+                sink.write(data)
+                checkpoints.append(sink.checkpoint())
+
+            try:
+                pre_commit = timed(pre_commit_rows)
+                commit = timed(lambda: sink.notify_checkpoint_complete(checkpoints[0]))
+            finally:
+                sink.close()
+            merge_metrics.update(last_operation_metrics(spark, path))
+            workspace.drop(folder)
+            return {"pre_commit": pre_commit, "commit": commit}
+
+        timings = alternate(repetitions, plain, lakesink)
+        data.unpersist()
+        points[rows] = WritePoint(rows=rows, merge_metrics=merge_metrics, **timings)
+    return points
+
+
+def write_path_section(points: Sequence[WritePoint]) -> Section:
+    """Section 1: pre-commit and commit against a plain append of the same rows."""
+    rows = []
+    for p in points:
+        base = p.plain_append.median
+        rows.append(
+            {
+                "rows": p.rows,
+                "plain_append_s": base,
+                "pre_commit_s": p.pre_commit.median,
+                "commit_s": p.commit.median,
+                "pre_commit_ratio": p.pre_commit.median / base,
+                "commit_ratio": p.commit.median / base,
+                "total_ratio": p.total / base,
+                "samples": _samples(p),
+            }
+        )
+    return Section(
+        key="write_path",
+        title="Write path",
+        baseline="x a plain Delta append of the same rows",
+        columns=(
+            Column("rows", "rows", "int"),
+            Column("plain_append_s", "plain append", "seconds"),
+            Column("pre_commit_s", "pre-commit", "seconds"),
+            Column("commit_s", "commit", "seconds"),
+            Column("pre_commit_ratio", "pre-commit ratio", "ratio"),
+            Column("commit_ratio", "commit ratio", "ratio"),
+            Column("total_ratio", "pre-commit + commit ratio", "ratio"),
+        ),
+        rows=tuple(rows),
     )
-    data.cache().count()
-    timings: dict[str, list[float]] = {"plain append": [], "pre-commit": [], "commit": []}
-    for _ in range(args.repeat):
-        root = tempfile.mkdtemp(prefix="lakesink-bench-")
-        start = time.perf_counter()
-        data.write.format("delta").save(f"{root}/plain")
-        timings["plain append"].append(time.perf_counter() - start)
 
-        sink = DeltaSink.open(spark, f"{root}/sink", schema=data.schema, view_name="bench")
-        start = time.perf_counter()
-        sink.write(data)
-        checkpoint = sink.checkpoint()
-        timings["pre-commit"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        sink.notify_checkpoint_complete(checkpoint)
-        timings["commit"].append(time.perf_counter() - start)
-        sink.close()
-        shutil.rmtree(root)
-    print(
-        f"{args.rows:,} rows, median of {args.repeat}; {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, pyspark {version('pyspark')}, "
-        f"delta-spark {version('delta-spark')}"
+
+def commit_section(points: Sequence[WritePoint]) -> Section:
+    """Section 2: the commit of a checkpoint against appending its rows, by size."""
+    rows = []
+    for p in points:
+        m = p.merge_metrics
+        rows.append(
+            {
+                "rows": p.rows,
+                "commit_s": p.commit.median,
+                "plain_append_s": p.plain_append.median,
+                "ratio": p.commit.median / p.plain_append.median,
+                "merge_s": _seconds(m.get("executionTimeMs")),
+                "merge_scan_s": _seconds(m.get("scanTimeMs")),
+                "merge_rewrite_s": _seconds(m.get("rewriteTimeMs")),
+                "files_removed": _int(m.get("numTargetFilesRemoved")),
+                "files_added": _int(m.get("numTargetFilesAdded")),
+                "samples": _samples(p),
+            }
+        )
+    return Section(
+        key="commit_vs_size",
+        title="Commit cost vs checkpoint size",
+        baseline="x a plain Delta append of the checkpoint's rows",
+        columns=(
+            Column("rows", "rows", "int"),
+            Column("plain_append_s", "plain append", "seconds"),
+            Column("commit_s", "commit", "seconds"),
+            Column("ratio", "ratio", "ratio"),
+            Column("merge_s", "of which MERGE", "seconds"),
+            Column("merge_scan_s", "MERGE scan", "seconds"),
+            Column("merge_rewrite_s", "MERGE rewrite", "seconds"),
+            Column("files_removed", "files rewritten", "int"),
+            Column("files_added", "files written", "int"),
+        ),
+        rows=tuple(rows),
     )
-    base = statistics.median(timings["plain append"])
-    for name, values in timings.items():
-        median = statistics.median(values)
-        print(f"{name:>14}: {median:7.2f} s  ({median / base:4.2f}x plain append)")
 
 
-if __name__ == "__main__":
-    main()
+def _samples(point: WritePoint) -> dict[str, list[float]]:
+    return {
+        "plain_append": list(point.plain_append.samples),
+        "pre_commit": list(point.pre_commit.samples),
+        "commit": list(point.commit.samples),
+    }
+
+
+def _seconds(milliseconds: str | None) -> float | None:
+    return int(milliseconds) / 1000 if milliseconds is not None else None
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None else None

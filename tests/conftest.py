@@ -42,7 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "spark_cluster" in fixtures:  # one worker runs them all: one cluster, not two
             item.add_marker(pytest.mark.xdist_group("cluster"))
             item.add_marker(pytest.mark.cluster)
-        if "quick_run" in fixtures:  # the quick benchmark run
+        if "quick_run" in fixtures:  # one worker makes the quick benchmark run, once
+            item.add_marker(pytest.mark.xdist_group("bench"))
             item.add_marker(pytest.mark.bench)
 
 

@@ -1,0 +1,1 @@
+"""The benchmark suite: ``python -m benchmarks.run`` (``make bench``); see ``run.py``."""

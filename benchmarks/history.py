@@ -1,0 +1,230 @@
+"""Sections 3 and 5: commit and vacuum cost as the table's history grows.
+
+One lakesink table and a plain Delta twin grow together, one small checkpoint (the same
+rows, appended to the twin) at a time. At each history point (1, 10, 100 committed
+checkpoints in the full run):
+
+- vacuum: a second writer of the sink writes one checkpoint and closes without
+  checkpointing, which aborts it; ``lakesink.vacuum.vacuum`` (zero retention, so the files
+  go too) removes it. A vacuum run beforehand, untimed, clears what earlier commits left,
+  so each timed run garbage-collects exactly one aborted checkpoint.
+- commit: one small checkpoint is written and pre-committed (untimed), then committed;
+  the plain twin gets the same rows appended (the baseline of both sections). The files
+  the commit's MERGE reads are counted: constant means it is pruned to its transaction.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from benchmarks.harness import (
+    BenchmarkError,
+    ScanCounter,
+    Timing,
+    Workspace,
+    alternate,
+    batch,
+    create_plain_table,
+    delta_files,
+    open_sink,
+    plain_append,
+    timed,
+)
+from benchmarks.report import Column, Section
+from lakesink.vacuum import VacuumReport, vacuum
+
+__all__ = ["HistoryPoint", "commit_history_section", "measure", "vacuum_section"]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """Timings at one history point."""
+
+    history: int  # committed checkpoints in the table before the measured commits
+    table_rows: int  # committed rows then
+    table_files: int  # data files in the table's current version then
+    commit: Timing
+    plain_append: Timing
+    vacuum: Timing
+    commit_files_read: int | None  # data files the measured commit's scans read
+    vacuum_rows_removed: int
+    vacuum_files_removed: int
+
+
+class _GrowingTables:
+    """A lakesink table and its plain twin, fed the same checkpoints."""
+
+    def __init__(self, spark: SparkSession, folder: str, rows: DataFrame, size: int) -> None:
+        self.spark = spark
+        self.rows = rows
+        self.size = size
+        self.path = f"{folder}/events"
+        self.plain = f"{folder}/plain"
+        self.sink = open_sink(spark, self.path, rows.schema)
+        create_plain_table(spark, self.plain, rows.schema)
+        self.committed = 0  # checkpoints committed by the sink
+        self.blocks = 0  # batches handed out, so every batch has distinct ids
+        self.scans = ScanCounter(spark)
+
+    def next_batch(self) -> DataFrame:
+        self.blocks += 1
+        return batch(self.rows, self.blocks, self.size)
+
+    def grow_to(self, checkpoints: int) -> None:
+        while self.committed < checkpoints:
+            rows = self.next_batch()
+            self.sink.write(rows)
+            self.sink.notify_checkpoint_complete(self.sink.checkpoint())
+            plain_append(rows, self.plain)
+            self.committed += 1
+
+    def time_commit(self, files_read: list[int | None]) -> dict[str, float]:
+        self.sink.write(self.next_batch())
+        checkpoint = self.sink.checkpoint()
+        with self.scans.counting() as counted:
+            seconds = timed(lambda: self.sink.notify_checkpoint_complete(checkpoint))
+        files_read.append(counted[0])
+        self.committed += 1
+        return {"commit": seconds}
+
+    def time_plain_append(self) -> dict[str, float]:
+        rows = self.next_batch()
+        return {"plain_append": timed(lambda: plain_append(rows, self.plain))}
+
+    def time_vacuum(self, removed: list[tuple[int, int]]) -> float:
+        aborter = open_sink(self.spark, self.path, self.rows.schema, writer_id="aborter")
+        aborter.write(self.next_batch())
+        aborter.close()  # aborts the open transaction: its rows stay masked
+        reports = []
+        seconds = timed(lambda: reports.append(self.clean()))
+        report = reports[0]
+        if report.rows_removed != self.size:
+            raise BenchmarkError(
+                f"vacuum removed {report.rows_removed} rows of {self.path}, expected the "
+                f"{self.size} rows of the one aborted checkpoint"
+            )
+        removed.append((report.rows_removed, report.files_removed))
+        return seconds
+
+    def clean(self) -> VacuumReport:
+        return vacuum(self.spark, self.path, retain_hours=0, allow_short_retention=True)
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+def measure(
+    spark: SparkSession,
+    workspace: Workspace,
+    rows: DataFrame,
+    size: int,
+    points: Sequence[int],
+    repetitions: int,
+) -> list[HistoryPoint]:
+    """Grow the tables through ``points`` committed checkpoints of ``size`` rows each."""
+    tables = _GrowingTables(spark, workspace.folder("history"), rows, size)
+    results = []
+    try:
+        for point in points:
+            tables.grow_to(point)
+            table_rows, table_files = tables.committed * size, delta_files(spark, tables.path)
+            tables.clean()  # untimed: the files earlier commits replaced
+            removed: list[tuple[int, int]] = []
+            vacuums = Timing(tuple(tables.time_vacuum(removed) for _ in range(repetitions)))
+            files_read: list[int | None] = []
+            timings = alternate(
+                repetitions,
+                lambda files_read=files_read: tables.time_commit(files_read),
+                tables.time_plain_append,
+            )
+            results.append(
+                HistoryPoint(
+                    history=point,
+                    table_rows=table_rows,
+                    table_files=table_files,
+                    commit=timings["commit"],
+                    plain_append=timings["plain_append"],
+                    vacuum=vacuums,
+                    commit_files_read=files_read[-1],
+                    vacuum_rows_removed=int(statistics.median(r for r, _ in removed)),
+                    vacuum_files_removed=int(statistics.median(f for _, f in removed)),
+                )
+            )
+    finally:
+        tables.close()
+    return results
+
+
+def commit_history_section(points: Sequence[HistoryPoint], size: int) -> Section:
+    """Section 3: one small checkpoint's commit as the history grows; it should stay flat."""
+    first = points[0].commit.median
+    return Section(
+        key="commit_vs_history",
+        title=f"Commit cost vs table history (checkpoints of {size:,} rows)",
+        baseline="x a plain Delta append of the same rows into a plain table as old",
+        columns=(
+            Column("history", "committed checkpoints", "int"),
+            Column("table_files", "files in table", "int"),
+            Column("plain_append_s", "plain append", "seconds"),
+            Column("commit_s", "commit", "seconds"),
+            Column("ratio", "ratio", "ratio"),
+            Column("growth", "vs first point", "ratio"),
+            Column("files_read", "files the commit read", "int"),
+        ),
+        rows=tuple(
+            {
+                "history": p.history,
+                "table_rows": p.table_rows,
+                "table_files": p.table_files,
+                "plain_append_s": p.plain_append.median,
+                "commit_s": p.commit.median,
+                "ratio": p.commit.median / p.plain_append.median,
+                "growth": p.commit.median / first,
+                "files_read": p.commit_files_read,
+                "samples": {
+                    "commit": list(p.commit.samples),
+                    "plain_append": list(p.plain_append.samples),
+                },
+            }
+            for p in points
+        ),
+    )
+
+
+def vacuum_section(points: Sequence[HistoryPoint], size: int) -> Section:
+    """Section 5: garbage-collecting one aborted checkpoint as the table grows."""
+    first = points[0].vacuum.median
+    return Section(
+        key="vacuum",
+        title=f"Vacuum cost (one aborted checkpoint of {size:,} rows)",
+        baseline="x a plain Delta append of the aborted rows",
+        columns=(
+            Column("history", "committed checkpoints", "int"),
+            Column("table_rows", "committed rows", "int"),
+            Column("table_files", "files in table", "int"),
+            Column("plain_append_s", "plain append", "seconds"),
+            Column("vacuum_s", "vacuum", "seconds"),
+            Column("ratio", "ratio", "ratio"),
+            Column("growth", "vs first point", "ratio"),
+            Column("files_removed", "files removed", "int"),
+        ),
+        rows=tuple(
+            {
+                "history": p.history,
+                "table_rows": p.table_rows,
+                "table_files": p.table_files,
+                "plain_append_s": p.plain_append.median,
+                "vacuum_s": p.vacuum.median,
+                "ratio": p.vacuum.median / p.plain_append.median,
+                "growth": p.vacuum.median / first,
+                "rows_removed": p.vacuum_rows_removed,
+                "files_removed": p.vacuum_files_removed,
+                "samples": {"vacuum": list(p.vacuum.samples)},
+            }
+            for p in points
+        ),
+    )

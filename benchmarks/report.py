@@ -1,0 +1,246 @@
+"""The report of a run: a table per section on stdout, the same as JSON, and one PNG."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["Column", "Section", "render_text", "write_json", "write_png"]
+
+Kind = Literal["int", "seconds", "ratio", "text"]
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a section's table: its key in each row, header and format."""
+
+    key: str
+    header: str
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Section:
+    """One of the five measurements, as the table the report prints.
+
+    Attributes:
+        key: Stable identifier (the JSON key).
+        title: What was measured.
+        baseline: What its ratios divide by.
+        columns: The table's columns, in order.
+        rows: One dict per measured point; ratio and seconds values are medians.
+    """
+
+    key: str
+    title: str
+    baseline: str
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+
+
+def _cell(value: object, kind: Kind) -> str:
+    if value is None:
+        return "n/a"
+    if kind == "seconds":
+        return f"{value:.2f} s"
+    if kind == "ratio":
+        return f"{value:.2f}x"
+    if kind == "int":
+        return f"{value:,}"
+    return str(value)
+
+
+def render_text(header: Row, sections: Sequence[Section]) -> str:
+    """The whole report as Markdown: the machine, then a table per section."""
+    lines = [
+        f"lakesink benchmarks, {header['mode']} run, {header['machine']['date']}",
+        "",
+        "; ".join(_machine_facts(header)) + ".",
+        " ".join(_run_facts(header)),
+    ]
+    for number, section in enumerate(sections, 1):
+        lines += ["", f"{number}. {section.title} (ratios: {section.baseline})", ""]
+        lines.append("| " + " | ".join(c.header for c in section.columns) + " |")
+        lines.append("|" + "|".join("---:" for _ in section.columns) + "|")
+        for row in section.rows:
+            cells = (_cell(row.get(c.key), c.kind) for c in section.columns)
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _machine_facts(header: Row) -> list[str]:
+    m = header["machine"]
+    return [
+        m["cpu"],
+        f"{m['cores']} cores, {m['memory_gib']} GiB RAM, {m['os']}",
+        f"Python {m['python']}, Java {m['java']}",
+        f"pyspark {m['pyspark']}, delta-spark {m['delta_spark']}, master {m['spark_master']}",
+        f"lakesink {m['lakesink_commit']}",
+    ]
+
+
+def _run_facts(header: Row) -> list[str]:
+    load = header["load"]
+    facts = [
+        f"Each figure: the median of {header['repetitions']} repetitions.",
+        f"Load average (1 min) during the run: {load['min_1m']:.1f} to {load['max_1m']:.1f}"
+        f" (median {load['median_1m']:.1f}).",
+        f"The run took {header['duration_s']:.0f} s.",
+    ]
+    if header.get("conf"):
+        facts.append(f"Extra Spark settings: {header['conf']}.")
+    return facts
+
+
+def write_json(path: Path, header: Row, sections: Sequence[Section]) -> None:
+    """The header and every section's rows, machine-readable."""
+    document = {**header, "sections": {s.key: asdict(s) for s in sections}}
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
+    """One figure, a panel per section, each against its plain-Delta baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = {s.key: (f"{number}. {s.title}", s) for number, s in enumerate(sections, 1)}
+    figure, axes = plt.subplots(2, 3, figsize=(17, 10))
+    _ratio_bars(
+        axes[0][0],
+        *titles["write_path"],
+        label=lambda row: f"{_short(row['rows'])} rows",
+        bars=(
+            ("pre_commit_ratio", "pre-commit"),
+            ("commit_ratio", "commit"),
+            ("total_ratio", "pre-commit + commit"),
+        ),
+        ylabel="x a plain Delta append of the same rows",
+    )
+    _seconds_lines(
+        axes[0][1],
+        *titles["commit_vs_size"],
+        x="rows",
+        ours=("commit_s", "commit (MERGE flip + journal)"),
+        xlabel="rows in the checkpoint",
+        log_y=True,
+    )
+    _seconds_lines(
+        axes[0][2],
+        *titles["commit_vs_history"],
+        x="history",
+        ours=("commit_s", "commit of one checkpoint"),
+        xlabel="committed checkpoints already in the table",
+        log_y=False,
+    )
+    _ratio_bars(
+        axes[1][0],
+        *titles["reader"],
+        label=lambda row: row["query"] + "\n" + row["table"].replace(" and ", "\n+ "),
+        bars=(("ratio", "committed view"),),
+        ylabel="x the same query on plain Delta",
+    )
+    _seconds_lines(
+        axes[1][1],
+        *titles["vacuum"],
+        x="history",
+        ours=("vacuum_s", "vacuum of one aborted checkpoint"),
+        xlabel="committed checkpoints in the table",
+        log_y=False,
+    )
+    _facts_panel(axes[1][2], header)
+    figure.suptitle(
+        f"lakesink: what exactly-once costs vs plain Delta ({header['mode']} run, "
+        f"{header['machine']['date']})",
+        fontsize=14,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _ratio_bars(  # type: ignore[no-untyped-def]
+    ax,
+    title: str,
+    section: Section,
+    *,
+    label: Callable[[Row], str],
+    bars: tuple[tuple[str, str], ...],
+    ylabel: str,
+) -> None:
+    width = 0.8 / len(bars)
+    for i, (key, name) in enumerate(bars):
+        offset = (i - (len(bars) - 1) / 2) * width
+        xs = [j + offset for j in range(len(section.rows))]
+        heights = [row[key] for row in section.rows]
+        drawn = ax.bar(xs, heights, width, label=name)
+        ax.bar_label(drawn, labels=[f"{h:.1f}x" for h in heights], fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.axhline(1.1, color="grey", linestyle="--", linewidth=1, label="target 1.1x")
+    ax.set_xticks(range(len(section.rows)), [label(row) for row in section.rows], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=8)
+
+
+def _seconds_lines(  # type: ignore[no-untyped-def]
+    ax,
+    title: str,
+    section: Section,
+    *,
+    x: str,
+    ours: tuple[str, str],
+    xlabel: str,
+    log_y: bool,
+) -> None:
+    """lakesink's seconds and the plain append's, each point labelled with their ratio."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    xs = [row[x] for row in section.rows]
+    key, name = ours
+    ax.plot(xs, [row[key] for row in section.rows], marker="o", label=name)
+    ax.plot(xs, [row["plain_append_s"] for row in section.rows], marker="o", label="plain append")
+    for xv, row in zip(xs, section.rows, strict=True):
+        ax.annotate(
+            f"{row['ratio']:.1f}x",
+            (xv, row[key]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(xs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _short(value)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if log_y:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("seconds (median); labels: ratio")
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+
+
+def _short(count: float) -> str:
+    """10000 -> 10k, 5000000 -> 5M: readable axis labels."""
+    for divisor, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if count >= divisor:
+            return f"{count / divisor:g}{suffix}"
+    return f"{count:g}"
+
+
+def _facts_panel(ax, header: Row) -> None:  # type: ignore[no-untyped-def]
+    ax.axis("off")
+    ax.set_title("machine and run", fontsize=11)
+    lines = [*_machine_facts(header), "", *_run_facts(header)]
+    ax.text(0.0, 1.0, "\n".join(lines), va="top", family="monospace", fontsize=8.5)

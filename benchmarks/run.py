@@ -1,0 +1,203 @@
+"""The benchmark suite: what exactly-once costs compared with a plain Delta append.
+
+    python -m benchmarks.run                # the full run: docs/bench.json, docs/bench.png
+    python -m benchmarks.run --quick --out .cache/bench-quick   # CI-sized, ~1-2 minutes
+
+One Spark session (``local[*]``, UI off), the same generated rows (cached first, so
+generating them is never measured) and, in one run:
+
+1. Write path: plain append vs pre-commit vs pre-commit + commit of N rows.
+2. Commit cost vs checkpoint size.
+3. Commit cost vs table history (committed checkpoints already in the table).
+4. Reader overhead: committed view vs plain Delta, with and without masked rows.
+5. Vacuum cost: one aborted checkpoint, in tables of growing size.
+
+Every figure is a median of repetitions and a ratio to plain Delta work measured in the
+same run. It reports; it asserts no speed. ``--conf key=value`` passes Spark settings,
+so the effect of a setting can be measured with the same suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from benchmarks import history, reader, write_path
+from benchmarks.harness import (
+    REPO,
+    LoadSampler,
+    Workspace,
+    cached_rows,
+    create_plain_table,
+    machine,
+    open_sink,
+    plain_append,
+)
+from benchmarks.report import Section, render_text, write_json, write_png
+from lakesink.errors import ConfigurationError
+from lakesink.session import spark_session
+
+__all__ = ["FULL", "QUICK", "Suite", "main", "run"]
+
+log = logging.getLogger("benchmarks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    """The sizes of one run.
+
+    Attributes:
+        write_rows: Rows per write for section 1.
+        commit_rows: Checkpoint sizes for section 2 (measured with section 1's sizes).
+        history: Committed checkpoints in the table at each point of sections 3 and 5.
+        history_rows: Rows per checkpoint in sections 3 and 5.
+        reader_checkpoints: Committed checkpoints the reader tables hold.
+        reader_rows: Rows per checkpoint in section 4.
+        repetitions: Timed repetitions behind each median.
+    """
+
+    write_rows: tuple[int, ...]
+    commit_rows: tuple[int, ...]
+    history: tuple[int, ...]
+    history_rows: int
+    reader_checkpoints: int
+    reader_rows: int
+    repetitions: int
+
+
+FULL = Suite(
+    write_rows=(100_000, 1_000_000, 5_000_000),
+    commit_rows=(10_000, 100_000, 1_000_000, 5_000_000),
+    history=(1, 10, 100),
+    history_rows=10_000,
+    reader_checkpoints=10,
+    reader_rows=100_000,
+    repetitions=3,
+)
+QUICK = Suite(
+    write_rows=(10_000, 50_000),
+    commit_rows=(10_000, 50_000),
+    history=(1, 3),
+    history_rows=5_000,
+    reader_checkpoints=3,
+    reader_rows=10_000,
+    repetitions=2,
+)
+
+SESSION_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # The full run caches 5M rows; Spark's default 1g heap would spill them to disk.
+    "spark.driver.memory": "4g",
+}
+
+
+def run(spark: SparkSession, suite: Suite, workspace: Workspace) -> list[Section]:
+    """Measure every section in ``spark``; return them in the issue's order."""
+    _warm_up(spark, workspace)
+    log.info("1-2. write path and commit by size: %s rows", sorted({*suite.write_rows}))
+    points = write_path.measure(
+        spark, workspace, [*suite.write_rows, *suite.commit_rows], suite.repetitions
+    )
+    small = cached_rows(spark, suite.history_rows)
+    log.info("3, 5. commit and vacuum vs history: %s checkpoints", list(suite.history))
+    grown = history.measure(
+        spark, workspace, small, suite.history_rows, suite.history, suite.repetitions
+    )
+    small.unpersist()
+    rows = cached_rows(spark, suite.reader_rows)
+    log.info("4. readers: %d checkpoints of %d rows", suite.reader_checkpoints, suite.reader_rows)
+    read = reader.measure(
+        spark, workspace, rows, suite.reader_rows, suite.reader_checkpoints, suite.repetitions
+    )
+    rows.unpersist()
+    return [
+        write_path.write_path_section([points[n] for n in suite.write_rows]),
+        write_path.commit_section([points[n] for n in suite.commit_rows]),
+        history.commit_history_section(grown, suite.history_rows),
+        reader.reader_section(read),
+        history.vacuum_section(grown, suite.history_rows),
+    ]
+
+
+def _warm_up(spark: SparkSession, workspace: Workspace) -> None:
+    """One untimed round of everything, so the JVM's first-use costs are not measured."""
+    folder = workspace.folder("warm-up")
+    rows = cached_rows(spark, 1_000)
+    create_plain_table(spark, f"{folder}/plain", rows.schema)
+    plain_append(rows, f"{folder}/plain")
+    with open_sink(spark, f"{folder}/events", rows.schema) as sink:
+        sink.write(rows)
+        sink.notify_checkpoint_complete(sink.checkpoint())
+    rows.unpersist()
+    workspace.drop(folder)
+
+
+def _conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--conf {pair!r} is not key=value")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-sized data, fewer repetitions")
+    parser.add_argument("--out", type=Path, help="folder for bench.json and bench.png")
+    parser.add_argument("--repetitions", type=int, help="override the suite's repetitions")
+    parser.add_argument("--work-dir", help="where the tables go (default: system temp)")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("lakesink").setLevel(logging.WARNING)
+    suite = QUICK if args.quick else FULL
+    if args.repetitions:
+        suite = Suite(**{**asdict(suite), "repetitions": args.repetitions})
+    out = args.out or (REPO / (".cache/bench-quick" if args.quick else "docs"))
+    conf = _conf(args.conf)
+
+    started = time.perf_counter()
+    spark = spark_session(
+        app_name="lakesink-bench",
+        conf={**SESSION_CONF, **conf},
+        ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    workspace = Workspace(args.work_dir)
+    try:
+        about = machine(spark)
+        with LoadSampler() as load:
+            sections = run(spark, suite, workspace)
+    finally:
+        workspace.close()
+        spark.stop()
+    header = {
+        "mode": "quick" if args.quick else "full",
+        "machine": about,
+        "repetitions": suite.repetitions,
+        "suite": asdict(suite),
+        "conf": conf,
+        "load": load.summary(),
+        "duration_s": round(time.perf_counter() - started, 1),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "bench.json", header, sections)
+    write_png(out / "bench.png", header, sections)
+    print(render_text(header, sections))
+    print(f"\nwritten: {out / 'bench.json'}, {out / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The benchmark suite's quick mode runs end to end and writes a complete report.
+
+It asserts no speed (the suite reports, it does not judge): every section measured every
+point of the quick suite with real numbers, each ratio is against the baseline of the same
+run, and the JSON and the PNG were written. The runner itself checks, before measuring
+readers, that the committed view and the plain table hold the same rows (count and sum of
+ids), and that each vacuum removed exactly the aborted checkpoint's rows; this test reads
+those counts back from the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.run import QUICK
+
+REPO = Path(__file__).resolve().parent.parent
+SECTIONS = ["write_path", "commit_vs_size", "commit_vs_history", "reader", "vacuum"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads((out / "bench.json").read_text()), result.stdout, out
+
+
+def _positive(row: dict, *keys: str) -> None:
+    for key in keys:
+        assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
+
+
+def _ratio_of(row: dict, ratio: str, value: str, baseline: str) -> None:
+    assert row[ratio] == pytest.approx(row[value] / row[baseline]), (ratio, row)
+
+
+@pytest.mark.slow
+def test_header_names_the_machine_the_versions_and_the_load(quick_run) -> None:
+    report, _, _ = quick_run
+    assert report["mode"] == "quick"
+    assert report["repetitions"] == QUICK.repetitions
+    machine = report["machine"]
+    assert machine["cores"] >= 1 and machine["memory_gib"] > 0
+    for key in ("date", "cpu", "python", "java", "pyspark", "delta_spark", "lakesink_commit"):
+        assert machine[key], key
+    assert report["load"]["samples"] >= 1 and report["load"]["max_1m"] >= 0
+    assert report["duration_s"] > 0
+
+
+@pytest.mark.slow
+def test_every_section_measured_every_point_against_its_baseline(quick_run) -> None:
+    report, _, _ = quick_run
+    sections = report["sections"]
+    assert list(sections) == SECTIONS
+    reps = QUICK.repetitions
+
+    write = sections["write_path"]["rows"]
+    assert [r["rows"] for r in write] == list(QUICK.write_rows)
+    for row in write:
+        _positive(row, "plain_append_s", "pre_commit_s", "commit_s", "total_ratio")
+        _ratio_of(row, "pre_commit_ratio", "pre_commit_s", "plain_append_s")
+        _ratio_of(row, "commit_ratio", "commit_s", "plain_append_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
+
+    commits = sections["commit_vs_size"]["rows"]
+    assert [r["rows"] for r in commits] == list(QUICK.commit_rows)
+    for row in commits:
+        _positive(row, "commit_s", "plain_append_s", "merge_s", "files_removed", "files_added")
+        _ratio_of(row, "ratio", "commit_s", "plain_append_s")
+
+    history = sections["commit_vs_history"]["rows"]
+    assert [r["history"] for r in history] == list(QUICK.history)
+    for row in history:
+        _positive(row, "commit_s", "plain_append_s", "table_files", "files_read")
+        _ratio_of(row, "ratio", "commit_s", "plain_append_s")
+        assert len(row["samples"]["commit"]) == reps
+
+    readers = sections["reader"]["rows"]
+    assert [(r["query"], r["table"]) for r in readers] == [
+        ("scan", "committed only"),
+        ("aggregate", "committed only"),
+        ("scan", "+ pending and aborted"),
+        ("aggregate", "+ pending and aborted"),
+    ]
+    committed_rows = QUICK.reader_checkpoints * QUICK.reader_rows
+    for row in readers:
+        # The same committed rows in both tables, before and after the masked ones came.
+        assert row["rows"] == committed_rows
+        _positive(row, "plain_s", "lakesink_s", "plain_files_read", "lakesink_files_read")
+        _ratio_of(row, "ratio", "lakesink_s", "plain_s")
+    assert [r["masked_rows"] for r in readers] == [
+        0,
+        0,
+        2 * QUICK.reader_rows,
+        2 * QUICK.reader_rows,
+    ]
+
+    vacuums = sections["vacuum"]["rows"]
+    assert [r["history"] for r in vacuums] == list(QUICK.history)
+    for row in vacuums:
+        assert row["rows_removed"] == QUICK.history_rows  # the aborted checkpoint, no more
+        _positive(row, "vacuum_s", "plain_append_s", "files_removed", "table_rows")
+        _ratio_of(row, "ratio", "vacuum_s", "plain_append_s")
+    assert vacuums[-1]["table_rows"] > vacuums[0]["table_rows"]
+
+
+@pytest.mark.slow
+def test_table_and_plot_are_written(quick_run) -> None:
+    report, stdout, out = quick_run
+    for number, section in enumerate(report["sections"].values(), 1):
+        assert f"{number}. {section['title']}" in stdout
+        assert "| " + " | ".join(c["header"] for c in section["columns"]) + " |" in stdout
+    assert "n/a" not in stdout  # every cell has a number
+    png = (out / "bench.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
