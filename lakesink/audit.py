@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.delta_sink import CHECKPOINT_ID, TXN_ID, VISIBLE
-from lakesink.errors import LakesinkError
+from lakesink.errors import AuditFailedError, LakesinkError
 from lakesink.journal import Journal, TxnState
 from lakesink.status import table_properties
 from lakesink.vacuum import VACUUMED_PREFIX
@@ -95,10 +95,6 @@ _ROWS_METRIC = {
 }
 # An operator's commit decision is journaled before its MERGE: its rows may be visible.
 _DECIDED = (TxnState.COMMITTING, TxnState.COMMITTED)
-
-
-class AuditFailedError(LakesinkError, AssertionError):
-    """Raised when an exactly-once check fails; the message names each check and offender."""
 
 
 class Phase(str, Enum):

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "AlreadyRunningError",
+    "AuditFailedError",
     "CheckpointOrderError",
     "CommitError",
     "ConfigurationError",
@@ -69,3 +70,7 @@ class TableNotFoundError(LakesinkError):
 
 class ValidationSuiteError(ConfigurationError):
     """Raised when an expectation suite is malformed or names columns the table lacks."""
+
+
+class AuditFailedError(LakesinkError, AssertionError):
+    """Raised when an exactly-once check fails; the message names each check and offender."""
