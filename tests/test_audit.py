@@ -48,7 +48,8 @@ from lakesink.journal import TxnState
 from lakesink.vacuum import vacuum
 from lakesink.validation import ValidationGate
 
-# One xdist worker runs the module, so the story below is written once, not per worker.
+# One xdist worker runs the module and the story is session-scoped, so it is written once:
+# xdist may interleave other modules' tests on that worker, which ends a module scope.
 pytestmark = pytest.mark.xdist_group("audit")
 
 SCHEMA = "order_id BIGINT, item STRING"
@@ -182,12 +183,12 @@ def build_audited_table(spark, path: Path) -> Story:
     return story
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def story(spark, tmp_path_factory) -> Story:
     return build_audited_table(spark, tmp_path_factory.mktemp("audit") / "orders")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def report(spark, story) -> AuditReport:
     """The audit of the untouched table."""
     return audit_table(spark, str(story.path))

@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ["write_path", "commit_vs_size", "commit_vs_history", "reader", "vacuum"]
 
 
-@pytest.fixture(scope="module")
+# Session scope: xdist may run other modules' tests between these on the worker of the
+# "bench" group, and a module-scoped run would then be made twice.
+@pytest.fixture(scope="session")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("bench")
     env = {
