@@ -1,8 +1,15 @@
 """The ingest job as a real process, killed with SIGKILL at each protocol point, restarted.
 
-How the test knows nothing is lost or duplicated: every generated order id must be in the
-committed view exactly once after the restart, and the job must really have died by the
-signal at the chosen point (exit status -9).
+One chain of runs over one landing folder: each run restarts from what the previous one
+left and is itself killed at the next point; a last run finishes. So each restart recovers
+from a kill at another point, with five job processes where a run and a restart per point
+would take eight.
+
+How the tests know nothing is lost or duplicated: each run really died by the signal at
+its point (exit status -9, the crash log line); right after each kill the committed view
+holds whole checkpoints only (a prefix of the order ids, each once, since every
+checkpoint takes the next two files in name order); after the last run every generated
+order is committed exactly once, in both sinks.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +29,18 @@ from lakesink import committed
 pytestmark = pytest.mark.slow
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
-ORDERS, FILES = 200, 4
+ORDERS, FILES = 200, 8  # 25 orders a file, 2 files a checkpoint: 4 checkpoints of 50
+PER_CHECKPOINT = 50
+# The kills, in the order the chain makes them (each run's restart recovers the one before),
+# and how many whole checkpoints the committed view may hold right after each.
+CRASH_POINTS = {
+    "before_append@2+300": {1},  # during the write of checkpoint 2's rows
+    "after_pre_commit@2": {1},  # between the pre-commits and the record: 2 is redone
+    "after_record@2": {1},  # between the record and the commits
+    # During the commit's MERGE of checkpoint 3, after the restart committed 2; the MERGE
+    # is one Delta commit, so 3 is either all there or not at all.
+    "before_flip@3+200": {2, 3},
+}
 
 
 def ingest_command(tmp_path: Path, *extra: str) -> list[str]:
@@ -73,27 +92,66 @@ def generate(tmp_path: Path, orders: int = ORDERS, files: int = FILES) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "crash_at",
-    [
-        "before_append@2+300",  # during the write of checkpoint 2's rows
-        "after_pre_commit@2",  # between the pre-commits and the checkpoint record
-        "after_record@2",  # between the record and the commits
-        "before_flip@2+200",  # during the commit's MERGE
-    ],
-)
-def test_killed_ingest_restarts_and_commits_every_order_once(spark, tmp_path, crash_at):
+@dataclass(frozen=True)
+class Kill:
+    """One run of the chain, killed at ``point``, and the committed order ids it left."""
+
+    point: str
+    run: subprocess.CompletedProcess[str]
+    committed_ids: Counter[int]
+
+
+@dataclass(frozen=True)
+class Chain:
+    kills: dict[str, Kill]
+    last_run: subprocess.CompletedProcess[str]
+    committed_ids: Counter[int]
+    committed_totals: int
+
+
+def committed_ids(spark, tmp_path: Path) -> Counter[int]:
+    return Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
+
+
+# Session scope with one xdist group: the chain runs once even if xdist interleaves other
+# modules' tests on this worker.
+@pytest.fixture(scope="session")
+def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    tmp_path = tmp_path_factory.mktemp("ingest-crash")
     generate(tmp_path)
-
-    crashed = ingest(tmp_path, crash_at)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    assert "crash injection: SIGKILL" in crashed.stderr
-
-    restarted = ingest(tmp_path)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-
-    ids = Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
-    assert set(ids) == set(range(1, ORDERS + 1)), "an order was lost"
-    assert max(ids.values()) == 1, "an order was committed twice"
+    kills = {}
+    for point in CRASH_POINTS:
+        run = ingest(tmp_path, point)
+        kills[point] = Kill(point=point, run=run, committed_ids=committed_ids(spark, tmp_path))
+    last_run = ingest(tmp_path)
     totals = committed(spark, str(tmp_path / "totals")).groupBy().sum("orders").first()[0]
-    assert totals == ORDERS  # the second sink of the same checkpoints, also exactly once
+    return Chain(
+        kills=kills,
+        last_run=last_run,
+        committed_ids=committed_ids(spark, tmp_path),
+        committed_totals=totals,
+    )
+
+
+@pytest.mark.xdist_group("ingest_crash")
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point: str) -> None:
+    kill = chain.kills[point]
+    assert kill.run.returncode == -signal.SIGKILL, kill.run.stderr[-3000:]
+    step, checkpoint = point.split("+")[0].split("@")
+    assert f"crash injection: SIGKILL at {step} of checkpoint {checkpoint}" in kill.run.stderr
+
+    # Right after the kill: whole checkpoints only, each order once, nothing of a
+    # checkpoint whose commit had not finished.
+    assert max(kill.committed_ids.values(), default=1) == 1, "an order was committed twice"
+    whole = len(kill.committed_ids) // PER_CHECKPOINT
+    assert set(kill.committed_ids) == set(range(1, whole * PER_CHECKPOINT + 1)), (
+        f"the kill at {point} left part of a checkpoint visible"
+    )
+    assert whole in CRASH_POINTS[point], f"{whole} checkpoints committed after the kill"
+
+    # After the restarts that followed: every order exactly once, in both sinks.
+    assert chain.last_run.returncode == 0, chain.last_run.stderr[-3000:]
+    assert set(chain.committed_ids) == set(range(1, ORDERS + 1)), "an order was lost"
+    assert max(chain.committed_ids.values()) == 1, "an order was committed twice"
+    assert chain.committed_totals == ORDERS  # the second sink of the same checkpoints
