@@ -1,9 +1,12 @@
 """The ingest job on a real Spark standalone cluster: task retries, speculation, dead JVMs.
 
 The cluster is a master and two 1-core workers, each its own JVM (``spark_cluster``), and
-the job runs through ``spark-submit`` as the README says. Faults are real: an executor or a
-whole worker JVM is SIGKILLed while it runs a task of the pre-commit write or of the
-commit's MERGE, or the driver is SIGKILLed in the middle of the MERGE.
+the job runs through ``spark-submit`` as the README says, with aggressive speculative
+execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
+a task of checkpoint 2's pre-commit write, an executor while it runs a task of checkpoint
+3's commit MERGE, and the driver in the middle of checkpoint 4's MERGE; the job is then
+restarted. One run for all of them, because a job start on the cluster costs more than
+any test's checks.
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
 committed view exactly once and the totals table sums to the number of orders; and that
@@ -39,7 +42,7 @@ from lakesink.delta_sink import TXN_ID, VISIBLE
 from lakesink.journal import Journal, TxnState
 from lakesink.session import delta_maven_coordinate
 
-ORDERS, FILES = 20_000, 4  # two checkpoints of two files, 10,000 orders each
+ORDERS, FILES = 40_000, 8  # four checkpoints of two files, 10,000 orders each
 README = Path(__file__).resolve().parent.parent / "README.md"
 # The MERGE's stage that writes the flipped rows into new files.
 MERGE_WRITE = stage_is("Writing modified data - MERGE")
@@ -129,17 +132,71 @@ def test_readme_runs_the_cluster_the_way_the_tests_do():
     assert "PYSPARK_PYTHON" in block  # the executors' and the driver's Python
 
 
+@dataclass(frozen=True)
+class FaultedRun:
+    """One job run on the cluster with three faults, then its restart."""
+
+    work: Path
+    job: SubmittedJob
+    worker_victim: dict  # its whole worker JVM killed during checkpoint 2's append
+    merge_victim: dict  # killed alone during checkpoint 3's commit MERGE
+    last_checkpoint_at_kill: int  # recorded when the driver died in checkpoint 4's MERGE
+    orders_state_at_kill: TxnState  # checkpoint 4's orders transaction, then
+    restarted: SubmittedJob
+
+
+@pytest.fixture(scope="module")
+def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> FaultedRun:
+    work = tmp_path_factory.mktemp("faulted")
+    generate(work, ORDERS, FILES)
+    job = submit_ingest(
+        spark_cluster,
+        work,
+        *ingest_arguments(work),
+        conf=SPECULATION,
+        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3,after_record@4"},
+    )
+    try:
+        # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
+        # between its before_append and after_append markers.
+        with job.stepped_until(
+            stage_is("save at"), held="before_append@2", before="after_append@2.1"
+        ) as busy:
+            worker_victim = busy[0]
+            host = worker_victim["hostPort"].rsplit(":", 1)[0]
+            (worker,) = [w for w in spark_cluster.workers if w.host == host]
+            spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
+        spark_cluster.revive()
+        # Checkpoint 3 is complete (recorded): its commits come next, orders first.
+        with job.stepped_until(MERGE_WRITE, held="after_record@3", before="after_flip@3.1") as busy:
+            merge_victim = busy[0]
+            os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
+        with job.stepped_until(MERGE_WRITE, held="after_record@4", before="after_flip@4.1"):
+            job.kill_driver()
+    finally:
+        spark_cluster.revive()
+    (last,) = CheckpointStore(spark, str(work / "state")).history("ingest", latest_only=True)
+    journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
+    (fourth,) = [t for t in journal.transactions("orders") if t.checkpoint_id == 4]
+    restarted = submit_ingest(spark_cluster, work, *ingest_arguments(work), name="restarted")
+    assert restarted.wait() == 0, restarted.tail()
+    return FaultedRun(
+        work=work,
+        job=job,
+        worker_victim=worker_victim,
+        merge_victim=merge_victim,
+        last_checkpoint_at_kill=last.checkpoint_id,
+        orders_state_at_kill=fourth.state,
+        restarted=restarted,
+    )
+
+
 @pytest.mark.slow
-def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
-    spark, spark_cluster: LocalCluster, tmp_path, record_property
+def test_speculative_copies_on_both_workers_duplicate_no_order(
+    spark, faulted_run: FaultedRun, record_property
 ):
-    generate(tmp_path, ORDERS, FILES)
-
-    job = submit_ingest(spark_cluster, tmp_path, *ingest_arguments(tmp_path), conf=SPECULATION)
-
-    assert job.wait() == 0, job.tail()
-    assert_every_order_once(spark, tmp_path)
-    events = job.event_log()
+    assert_every_order_once(spark, faulted_run.work)
+    events = faulted_run.job.event_log()
     hosts = {
         e["Executor Info"]["Host"] for e in events if e["Event"] == "SparkListenerExecutorAdded"
     }
@@ -157,85 +214,26 @@ def test_ingest_on_the_cluster_with_speculation_commits_every_order_once(
     )
 
 
-@dataclass(frozen=True)
-class FaultedRun:
-    """One job run on the cluster in which two executors died at chosen moments."""
-
-    work: Path
-    job: SubmittedJob
-    worker_victim: dict  # its whole worker JVM killed during checkpoint 2's append
-    merge_victim: dict  # killed alone during checkpoint 3's commit MERGE
-
-
-@pytest.fixture(scope="module")
-def faulted_run(spark_cluster: LocalCluster, tmp_path_factory) -> FaultedRun:
-    """Both executor faults in one run: a job start costs more than either test's checks."""
-    work = tmp_path_factory.mktemp("faulted")
-    generate(work, ORDERS + ORDERS // 2, FILES + 2)  # three checkpoints
-    job = submit_ingest(
-        spark_cluster,
-        work,
-        *ingest_arguments(work),
-        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3"},
-    )
-    try:
-        # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
-        # between its before_append and after_append markers.
-        with job.stepped_until(
-            stage_is("save at"), held="before_append@2", before="after_append@2.1"
-        ) as busy:
-            worker_victim = busy[0]
-            host = worker_victim["hostPort"].rsplit(":", 1)[0]
-            (worker,) = [w for w in spark_cluster.workers if w.host == host]
-            spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
-        spark_cluster.revive()
-        # Checkpoint 3 is complete (recorded): its commits come next, orders first.
-        with job.stepped_until(MERGE_WRITE, held="after_record@3", before="after_flip@3.1") as busy:
-            merge_victim = busy[0]
-            os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
-        assert job.wait() == 0, job.tail()  # no restart: Spark ran the lost tasks again
-    finally:
-        spark_cluster.revive()
-    return FaultedRun(work, job, worker_victim, merge_victim)
-
-
 @pytest.mark.slow
 def test_worker_killed_during_the_pre_commit_write(spark, faulted_run: FaultedRun):
-    assert_every_order_once(spark, faulted_run.work, ORDERS + ORDERS // 2)
+    assert_every_order_once(spark, faulted_run.work)
     lost = assert_lost_task_retried(faulted_run.job.event_log(), "save at")
     assert lost["Task End Reason"]["Executor ID"] == faulted_run.worker_victim["id"]
 
 
 @pytest.mark.slow
 def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun):
-    assert_every_order_once(spark, faulted_run.work, ORDERS + ORDERS // 2)
+    assert_every_order_once(spark, faulted_run.work)
     lost = assert_lost_task_retried(faulted_run.job.event_log(), "Writing modified data - MERGE")
     assert lost["Task End Reason"]["Executor ID"] == faulted_run.merge_victim["id"]
 
 
 @pytest.mark.slow
-def test_driver_killed_during_the_commit_merge_then_restarted(
-    spark, spark_cluster: LocalCluster, tmp_path
-):
-    generate(tmp_path, ORDERS, FILES)
-    job = submit_ingest(
-        spark_cluster,
-        tmp_path,
-        *ingest_arguments(tmp_path),
-        env={"LAKESINK_HOLD_AT": "after_record@2"},
-    )
-
-    with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1"):
-        job.kill_driver()
-
-    # It died inside the commit: checkpoint 2 is recorded, its orders not yet committed.
-    (last,) = CheckpointStore(spark, str(tmp_path / "state")).history("ingest", latest_only=True)
-    assert last.checkpoint_id == 2
-    journal = Journal(spark, str(tmp_path / "_lakesink_journal"), create=False)
-    (second,) = [t for t in journal.transactions("orders") if t.checkpoint_id == 2]
-    assert second.state is not TxnState.COMMITTED
-    restarted = submit_ingest(
-        spark_cluster, tmp_path, *ingest_arguments(tmp_path), name="restarted"
-    )
-    assert restarted.wait() == 0, restarted.tail()
-    assert_every_order_once(spark, tmp_path)
+def test_driver_killed_during_the_commit_merge_then_restarted(spark, faulted_run: FaultedRun):
+    # It died inside the commit: checkpoint 4 was recorded, its orders not yet committed.
+    assert faulted_run.job.process.returncode == -signal.SIGKILL
+    assert faulted_run.last_checkpoint_at_kill == 4
+    assert faulted_run.orders_state_at_kill is not TxnState.COMMITTED
+    # The restart finished that commit: every order once.
+    assert faulted_run.restarted.process.returncode == 0
+    assert_every_order_once(spark, faulted_run.work)
