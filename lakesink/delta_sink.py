@@ -25,8 +25,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_ID",
     "HIDDEN_PREFIX",
+    "SINGLE_PARTITION_WRITES",
     "TXN_ID",
     "VISIBLE",
     "CommitRetry",
@@ -77,6 +78,7 @@ __all__ = [
     "commit_metadata",
     "retry_on_conflict",
     "session_commit_metadata",
+    "session_conf",
     "writer_lock",
 ]
 
@@ -114,18 +116,37 @@ def commit_metadata(operation: str, sink_id: str, **detail: object) -> str:
     return json.dumps({"lakesink": operation, "sink_id": sink_id, **detail}, sort_keys=True)
 
 
+# Every lakesink append and MERGE writes into a single (checkpoint id, transaction id)
+# partition. Without these, Spark sorts a partitioned write's rows by partition before
+# writing them, and Delta's MERGE first shuffles its output into one task per partition:
+# a pass over all the rows each, and the shuffle leaves one task to write them all. With
+# them, each task writes its rows straight into the one partition (the benchmark's
+# pre-commit and commit of 5M rows: README, "Benchmarks").
+SINGLE_PARTITION_WRITES = {
+    "spark.sql.maxConcurrentOutputFileWriters": "1",
+    "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false",
+}
+
+
 @contextmanager
-def session_commit_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
-    """Tag the SQL commands run inside with ``metadata`` (MERGE and DELETE take no option)."""
-    previous = spark.conf.get(USER_METADATA_CONF, None)
-    spark.conf.set(USER_METADATA_CONF, metadata)
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Run the block with ``settings`` on the session, then put back what was there."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(USER_METADATA_CONF)
-        else:
-            spark.conf.set(USER_METADATA_CONF, previous)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def session_commit_metadata(spark: SparkSession, metadata: str) -> AbstractContextManager[None]:
+    """Tag the SQL commands run inside with ``metadata`` (MERGE and DELETE take no option)."""
+    return session_conf(spark, {USER_METADATA_CONF: metadata})
 
 
 @dataclass(frozen=True)
@@ -448,15 +469,16 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
             try:
                 self._step("before_append", transaction)
-                (
-                    frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-                    .write.format("delta")
-                    .mode("append")
-                    .option("txnAppId", self._app_id)
-                    .option("txnVersion", str(version))
-                    .option("userMetadata", self._metadata("write", transaction, step=step))
-                    .save(self.path)
-                )
+                with session_conf(self.spark, SINGLE_PARTITION_WRITES):
+                    (
+                        frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+                        .write.format("delta")
+                        .mode("append")
+                        .option("txnAppId", self._app_id)
+                        .option("txnVersion", str(version))
+                        .option("userMetadata", self._metadata("write", transaction, step=step))
+                        .save(self.path)
+                    )
                 self._step("after_append", transaction)
                 self._count_written(transaction, observation if attempt == 1 else None)
                 break
@@ -652,7 +674,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         )
 
         def run() -> int:
-            with session_commit_metadata(self.spark, self._metadata("commit", transaction)):
+            metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
+            with session_conf(self.spark, {**SINGLE_PARTITION_WRITES, **metadata}):
                 metrics = self.spark.sql(statement).first()
             return int(metrics["num_updated_rows"]) if metrics else 0
 

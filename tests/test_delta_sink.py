@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from lakesink import committed
-from lakesink.delta_sink import CHECKPOINT_ID, TXN_ID, VISIBLE, DeltaSink
+from lakesink.delta_sink import (
+    CHECKPOINT_ID,
+    SINGLE_PARTITION_WRITES,
+    TXN_ID,
+    USER_METADATA_CONF,
+    VISIBLE,
+    DeltaSink,
+)
 from lakesink.errors import (
     AlreadyRunningError,
     CheckpointOrderError,
@@ -343,6 +350,27 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
     assert sorted(r.c0 for r in committed(spark, str(table)).collect()) == [0] * 5
     sink.close()
     other.close()
+
+
+def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark, table):
+    writers = "spark.sql.maxConcurrentOutputFileWriters"
+    keys = [*SINGLE_PARTITION_WRITES, USER_METADATA_CONF]
+    spark.conf.set(writers, "3")  # a setting of the user's own, to be kept
+    try:
+        before = {key: spark.conf.get(key, None) for key in keys}
+        sink = open_sink(spark, table)
+        sink.write(rows(spark, range(200)).repartition(4))
+        sink.notify_checkpoint_complete(sink.checkpoint())
+
+        merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'")
+        # The flipped rows are written by the tasks that read them, not funnelled into one.
+        assert int(merge.first().operationMetrics["numTargetFilesAdded"]) > 1
+        assert visible_ids(spark, table) == list(range(200))
+        assert {key: spark.conf.get(key, None) for key in keys} == before
+        assert before[writers] == "3"
+        sink.close()
+    finally:
+        spark.conf.unset(writers)
 
 
 def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
