@@ -117,7 +117,8 @@ class LocalCluster:
 
     def kill_worker(self, index: int) -> list[int]:
         """SIGKILL worker ``index`` and its executors, as a machine that dies; return pids."""
-        worker = self.workers[index]
+        # The saved state, not this object's: a revive since it was loaded started new JVMs.
+        worker = load_cluster(self.directory).workers[index]
         pids = [pid for pid, parent, _ in _processes() if parent == worker.pid]
         pids.append(worker.pid)
         for pid in pids:
@@ -140,8 +141,8 @@ class LocalCluster:
 
     def revive(self) -> LocalCluster:
         """Start every worker that is not running (killed by a test); return the cluster."""
-        cluster = self
-        for worker in self.workers:
+        cluster = load_cluster(self.directory)  # as in kill_worker: the live pids
+        for worker in cluster.workers:
             if not _running(worker.pid):
                 cluster = cluster.start_worker(worker.index)
         return cluster

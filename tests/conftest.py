@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from importlib.metadata import version
 
 import pytest
 
@@ -45,6 +47,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "quick_run" in fixtures:  # one worker makes the quick benchmark run, once
             item.add_marker(pytest.mark.xdist_group("bench"))
             item.add_marker(pytest.mark.bench)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse a pytest that pytest-xdist's ``--dist loadgroup`` cannot group with.
+
+    pytest-xdist up to 3.8 groups tests by renaming ``item._nodeid``, which pytest 9.2 no
+    longer reads: every group would be split across workers, and each worker would build
+    the group's session fixtures (the cluster, the crash chain, the quick benchmark) again.
+    """
+    if config.getoption("dist", default="no") != "loadgroup":
+        return
+    installed = {name: version(name) for name in ("pytest", "pytest-xdist")}
+    if _release(installed["pytest"]) >= (9, 2) and _release(installed["pytest-xdist"]) <= (3, 8):
+        raise pytest.UsageError(
+            f"pytest {installed['pytest']} with pytest-xdist {installed['pytest-xdist']} "
+            "splits --dist loadgroup groups across workers; install the versions "
+            "pyproject.toml allows: pip install -e '.[dev]'"
+        )
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped),
