@@ -51,11 +51,11 @@ demo: $(STAMP)
 	$(BIN)/python jobs/demo.py --out demo-output
 
 # The benchmark suite: plain Delta vs lakesink on the same data; the full run's results go to
-# docs/bench.json and docs/bench.png (about 15 minutes on 2 cores). It reports, never asserts.
+# docs/bench.json and docs/bench.png (about 20 minutes on 2 cores). It reports, never asserts.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out docs
 
-# The same report from CI-sized data in about two minutes.
+# The same report from CI-sized data in a few minutes (make test runs it).
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --quick --out .cache/bench-quick
 
