@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from importlib.metadata import version
 
 import pytest
+from packaging.version import Version
 
 # Small and quiet: 2 cores on CI, so few partitions, no UI, no progress bars.
 TEST_SPARK_CONF = {
@@ -59,16 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("dist", default="no") != "loadgroup":
         return
     installed = {name: version(name) for name in ("pytest", "pytest-xdist")}
-    if _release(installed["pytest"]) >= (9, 2) and _release(installed["pytest-xdist"]) <= (3, 8):
+    pytest_release, xdist_release = (Version(v).release[:2] for v in installed.values())
+    if pytest_release >= (9, 2) and xdist_release <= (3, 8):
         raise pytest.UsageError(
             f"pytest {installed['pytest']} with pytest-xdist {installed['pytest-xdist']} "
             "splits --dist loadgroup groups across workers; install the versions "
             "pyproject.toml allows: pip install -e '.[dev]'"
         )
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped),
