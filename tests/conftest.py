@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from importlib.metadata import version
 
 import pytest
 from packaging.version import Version
+
+# Every JVM the tests start (their Spark session, each job, kernel, cluster daemon and
+# executor) lives for seconds to minutes, and on 2 cores the C2 JIT compiler's threads took
+# half its CPU: a JVM start and a small Delta write cost 43 CPU-seconds with it and 22
+# without. Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # Small and quiet: 2 cores on CI, so few partitions, no UI, no progress bars.
 TEST_SPARK_CONF = {
