@@ -54,6 +54,9 @@ WRITER_ROWS = 50
 WRITER_IDS = 500_000_000  # the third writer's committed ids start here
 POISON_IDS = 900_000_000  # only ever written by transactions that are then aborted
 JOBS = ("a", "b")
+# Pauses between a reader's rounds and the vacuum's: back to back, the four threads kept
+# both cores busy and slowed the jobs they watch to a crawl (75 s per checkpoint).
+READER_PAUSE_S, VACUUM_PAUSE_S = 1.0, 5.0
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Soak:
         session = self.spark.newSession()
         while not self.done.is_set():
             self.vacuum_once(session)
+            self.done.wait(VACUUM_PAUSE_S)
 
     def vacuum_once(self, session: SparkSession) -> None:
         for path in self.tables.values():
@@ -135,6 +139,7 @@ class Soak:
                 if rows < last_rows.get(sink_id, 0):
                     self.violations.append(f"{sink_id} shrank from {last_rows[sink_id]} to {rows}")
                 last_rows[sink_id] = rows
+            self.done.wait(READER_PAUSE_S)
 
     def check_snapshot(self, session: SparkSession, sink_id: str, path: str) -> int:
         from delta.tables import DeltaTable
