@@ -270,8 +270,6 @@ def machine(spark: SparkSession) -> dict[str, object]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "java": spark.sparkContext._jvm.System.getProperty("java.version"),  # type: ignore[union-attr]
-        # The test suite runs the quick benchmark with the JIT limited (tests/conftest.py).
-        "java_tool_options": os.environ.get("JAVA_TOOL_OPTIONS", ""),
         "pyspark": version("pyspark"),
         "delta_spark": version("delta-spark"),
         "spark_master": spark.sparkContext.master,

@@ -77,8 +77,7 @@ def _machine_facts(header: Row) -> list[str]:
     return [
         m["cpu"],
         f"{m['cores']} cores, {m['memory_gib']} GiB RAM, {m['os']}",
-        f"Python {m['python']}, Java {m['java']}"
-        + (f" ({m['java_tool_options']})" if m.get("java_tool_options") else ""),
+        f"Python {m['python']}, Java {m['java']}",
         f"pyspark {m['pyspark']}, delta-spark {m['delta_spark']}, master {m['spark_master']}",
         f"lakesink {m['lakesink_commit']}",
     ]

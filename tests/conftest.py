@@ -9,11 +9,14 @@ from importlib.metadata import version
 import pytest
 from packaging.version import Version
 
-# Every JVM the tests start (their Spark session, each job, kernel, cluster daemon and
-# executor) lives for seconds to minutes, and on 2 cores the C2 JIT compiler's threads took
-# half its CPU: a JVM start and a small Delta write cost 43 CPU-seconds with it and 22
+# The JVMs the tests start (each job, kernel, metastore, cluster daemon and executor) live
+# for seconds to minutes, and on 2 cores the C2 JIT compiler's threads took much of their
+# CPU: a 4-checkpoint ingest job cost 209 CPU-seconds (114 s) with it and 132 (92 s)
 # without. Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+# A JVM that runs for the whole session gains from C2 (tests/test_delta_sink.py in one
+# process: 423 s with it, 506 s without); its command line overrides the variable.
+FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
 
 # Small and quiet: 2 cores on CI, so few partitions, no UI, no progress bars.
 TEST_SPARK_CONF = {
@@ -35,7 +38,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session = spark_session(
         master="local[2]",
         app_name="lakesink-tests",
-        conf={**TEST_SPARK_CONF, "spark.sql.warehouse.dir": str(warehouse)},
+        conf={**TEST_SPARK_CONF, **FULL_JIT, "spark.sql.warehouse.dir": str(warehouse)},
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session

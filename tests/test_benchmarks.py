@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FULL_JIT
 
 from benchmarks.run import QUICK
 
@@ -33,8 +34,10 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
+    command = [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(out)]
+    command += [f"--conf={key}={value}" for key, value in FULL_JIT.items()]  # it runs minutes
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(out)],
+        command,
         cwd=REPO,
         env=env,
         capture_output=True,
