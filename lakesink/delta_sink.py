@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -128,20 +130,35 @@ SINGLE_PARTITION_WRITES = {
 }
 
 
+# A session's SQL conf is shared by every thread that uses the session: two sinks writing
+# at once in two threads would tag each other's commits (the audit would then pin a commit
+# on the wrong checkpoint) and one could put back a setting the other still needs. So the
+# blocks that set the conf take turns per session; a thread with its own
+# ``spark.newSession()`` has its own conf and lock, and runs alongside.
+_CONF_LOCKS: weakref.WeakKeyDictionary[SparkSession, threading.RLock] = weakref.WeakKeyDictionary()
+_CONF_LOCKS_GUARD = threading.Lock()
+
+
 @contextmanager
 def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Run the block with ``settings`` on the session, then put back what was there."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+    """Run the block with ``settings`` on the session, then put back what was there.
+
+    Blocks on the same session, in any thread, run one at a time.
+    """
+    with _CONF_LOCKS_GUARD:
+        lock = _CONF_LOCKS.setdefault(spark, threading.RLock())
+    with lock:
+        previous = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
 
 
 def session_commit_metadata(spark: SparkSession, metadata: str) -> AbstractContextManager[None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from lakesink.delta_sink import (
     USER_METADATA_CONF,
     VISIBLE,
     DeltaSink,
+    session_conf,
 )
 from lakesink.errors import (
     AlreadyRunningError,
@@ -371,6 +373,50 @@ def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark,
         sink.close()
     finally:
         spark.conf.unset(writers)
+
+
+def test_threads_sharing_a_session_take_turns_to_set_its_conf(spark):
+    """A commit's tag (userMetadata) stays its own while another thread's commit waits."""
+    key, inside, seen, order = "spark.lakesink.test.tag", threading.Event(), {}, []
+
+    # Each block reads its setting after it has waited as long as a statement may run;
+    # without the turns, the other thread's block would have set or removed it by then.
+    def first() -> None:
+        with session_conf(spark, {key: "first"}):
+            inside.set()
+            time.sleep(0.5)
+            seen["first"] = spark.conf.get(key, None)
+            order.append("first done")
+
+    def second(session) -> None:
+        inside.wait()
+        with session_conf(session, {key: "second"}):
+            order.append("second in")
+            time.sleep(1.0)
+            seen["second"] = session.conf.get(key, None)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second, args=(spark,))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert seen == {"first": "first", "second": "second"}
+    assert order == ["first done", "second in"]
+    assert spark.conf.get(key, None) is None  # both put back
+
+    # A session of its own (spark.newSession()) has its own conf, and does not wait.
+    inside.clear()
+    order.clear()
+    threads = [
+        threading.Thread(target=first),
+        threading.Thread(target=second, args=(spark.newSession(),)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert seen == {"first": "first", "second": "second"}
+    assert order == ["second in", "first done"]
 
 
 def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
