@@ -15,7 +15,7 @@ from packaging.version import Version
 # without. Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 # A JVM that runs for the whole session gains from C2 (tests/test_delta_sink.py in one
-# process: 423 s with it, 506 s without); its command line overrides the variable.
+# process: 268 s with it, 453 s without); its command line overrides the variable.
 FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
 
 # Small and quiet: 2 cores on CI, so few partitions, no UI, no progress bars.
