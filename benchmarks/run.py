@@ -87,7 +87,7 @@ QUICK = Suite(
     history_rows=5_000,
     reader_checkpoints=3,
     reader_rows=10_000,
-    repetitions=2,
+    repetitions=1,
 )
 
 SESSION_CONF = {

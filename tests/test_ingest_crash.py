@@ -29,7 +29,7 @@ from lakesink import committed
 pytestmark = pytest.mark.slow
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
-ORDERS, FILES = 200, 8  # 25 orders a file, 2 files a checkpoint: 4 checkpoints of 50
+ORDERS, FILES = 150, 6  # 25 orders a file, 2 files a checkpoint: 3 checkpoints of 50
 PER_CHECKPOINT = 50
 # The kills, in the order the chain makes them (each run's restart recovers the one before),
 # and how many whole checkpoints the committed view may hold right after each.

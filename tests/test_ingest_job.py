@@ -74,7 +74,7 @@ def test_bad_files_are_quarantined_and_a_failing_checkpoint_is_held(spark, tmp_p
 
 
 def test_a_second_run_of_the_same_job_is_refused_while_the_first_runs(spark, tmp_path):
-    generate(tmp_path)
+    generate(tmp_path, files=2)  # one checkpoint; then the first job waits for more files
     first = subprocess.Popen(
         ingest_command(tmp_path, "--follow", "--checkpoint-seconds", "1"),
         stdout=subprocess.PIPE,
