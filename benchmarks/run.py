@@ -83,9 +83,9 @@ FULL = Suite(
 QUICK = Suite(
     write_rows=(10_000, 50_000),
     commit_rows=(10_000, 50_000),
-    history=(1, 3),
+    history=(1, 2),
     history_rows=5_000,
-    reader_checkpoints=3,
+    reader_checkpoints=2,
     reader_rows=10_000,
     repetitions=1,
 )

@@ -48,7 +48,7 @@ pytestmark = pytest.mark.slow
 # once on 2 cores, while the rest of the suite ran). A much slower machine can give itself
 # more time with $LAKESINK_SOAK_DEADLINE_S.
 DEADLINE_S = float(os.environ.get("LAKESINK_SOAK_DEADLINE_S", "600"))
-FILES_PER_JOB, ORDERS_PER_JOB = 4, 2_000  # 4 checkpoints per job, one file each
+FILES_PER_JOB, ORDERS_PER_JOB = 3, 1_500  # 3 checkpoints per job, one file each
 WRITER_TXNS = 30  # at most, while the jobs run (3 at least); every third one is aborted
 WRITER_ROWS = 50
 WRITER_IDS = 500_000_000  # the third writer's committed ids start here
