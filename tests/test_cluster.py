@@ -173,6 +173,12 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
             os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
         with job.stepped_until(MERGE_WRITE, held="after_record@4", before="after_flip@4.1"):
             job.kill_driver()
+    except BaseException:
+        # A job left held at a step would keep both workers' cores, and the next cluster
+        # test's jobs would wait for them until their deadline.
+        if job.process.poll() is None:
+            job.kill_driver()
+        raise
     finally:
         spark_cluster.revive()
     (last,) = CheckpointStore(spark, str(work / "state")).history("ingest", latest_only=True)
