@@ -395,28 +395,25 @@ def test_threads_sharing_a_session_take_turns_to_set_its_conf(spark):
             time.sleep(1.0)
             seen["second"] = session.conf.get(key, None)
 
-    threads = [threading.Thread(target=first), threading.Thread(target=second, args=(spark,))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert seen == {"first": "first", "second": "second"}
-    assert order == ["first done", "second in"]
-    assert spark.conf.get(key, None) is None  # both put back
+    def run_both(second_session) -> list[str]:
+        inside.clear()
+        seen.clear()
+        order.clear()
+        threads = [
+            threading.Thread(target=first),
+            threading.Thread(target=second, args=(second_session,)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert seen == {"first": "first", "second": "second"}
+        return order
 
+    assert run_both(spark) == ["first done", "second in"]
+    assert spark.conf.get(key, None) is None  # both put back
     # A session of its own (spark.newSession()) has its own conf, and does not wait.
-    inside.clear()
-    order.clear()
-    threads = [
-        threading.Thread(target=first),
-        threading.Thread(target=second, args=(spark.newSession(),)),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert seen == {"first": "first", "second": "second"}
-    assert order == ["second in", "first done"]
+    assert run_both(spark.newSession()) == ["second in", "first done"]
 
 
 def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
