@@ -143,7 +143,9 @@ class SubmittedJob:
                     return
                 _signal_all(frozen.values(), signal.SIGCONT)
                 time.sleep(0.01)
-                self._freeze(frozen)
+                # No process scan here: a scan takes tens of ms on a busy machine, time in
+                # which the executors would run a short task from start to end unseen.
+                _signal_all(frozen.values(), signal.SIGSTOP)
         finally:
             _signal_all(frozen.values(), signal.SIGCONT)
 
@@ -179,7 +181,7 @@ class SubmittedJob:
         return events
 
     def _freeze(self, frozen: dict[str, int]) -> None:
-        frozen.update(executor_pids(self.app_id))  # and any executor started meanwhile
+        frozen.update(executor_pids(self.app_id))
         _signal_all(frozen.values(), signal.SIGSTOP)
 
     def _busy(self, matches: Callable[[dict], bool], frozen: dict[str, int]) -> list[dict]:
@@ -189,10 +191,13 @@ class SubmittedJob:
         count of active tasks can lag behind the executors' in the status store.
         """
         stages = self.api("/stages?status=active")
+        executors = [e for e in self.api("/executors") if e["id"] != "driver"]
+        if any(e["id"] not in frozen for e in executors):
+            self._freeze(frozen)  # one that registered meanwhile, on a revived worker
+            return []
         if not stages or not all(matches(s) for s in stages):
             return []
-        executors = self.api("/executors")
-        return [e for e in executors if e["id"] in frozen and e["activeTasks"] > 0]
+        return [e for e in executors if e["activeTasks"] > 0]
 
     def _get(self, path: str) -> Any:
         url = f"http://127.0.0.1:{self.ui_port}/api/v1{path}"
