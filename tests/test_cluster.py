@@ -4,9 +4,9 @@ The cluster is a master and two 1-core workers, each its own JVM (``spark_cluste
 the job runs through ``spark-submit`` as the README says, with aggressive speculative
 execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
 a task of checkpoint 2's pre-commit write, an executor while it runs a task of checkpoint
-3's commit MERGE, and the driver in the middle of checkpoint 4's MERGE; the job is then
-restarted. One run for all of them, because a job start on the cluster costs more than
-any test's checks.
+3's commit MERGE of the orders sink, and the driver in the middle of checkpoint 3's MERGE
+of the totals sink, after the orders sink committed; the job is then restarted. One run
+for all of them, because a job start on the cluster costs more than any test's checks.
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
 committed view exactly once and the totals table sums to the number of orders; and that
@@ -42,7 +42,7 @@ from lakesink.delta_sink import TXN_ID, VISIBLE
 from lakesink.journal import Journal, TxnState
 from lakesink.session import delta_maven_coordinate
 
-ORDERS, FILES = 40_000, 8  # four checkpoints of two files, 10,000 orders each
+ORDERS, FILES = 30_000, 6  # three checkpoints of two files, 10,000 orders each
 README = Path(__file__).resolve().parent.parent / "README.md"
 # The MERGE's stage that writes the flipped rows into new files.
 MERGE_WRITE = stage_is("Writing modified data - MERGE")
@@ -140,8 +140,8 @@ class FaultedRun:
     job: SubmittedJob
     worker_victim: dict  # its whole worker JVM killed during checkpoint 2's append
     merge_victim: dict  # killed alone during checkpoint 3's commit MERGE
-    last_checkpoint_at_kill: int  # recorded when the driver died in checkpoint 4's MERGE
-    orders_state_at_kill: TxnState  # checkpoint 4's orders transaction, then
+    last_checkpoint_at_kill: int  # recorded when the driver died in checkpoint 3's MERGE
+    states_at_kill: dict[str, TxnState]  # sink id -> its checkpoint 3 transaction's, then
     restarted: SubmittedJob
 
 
@@ -154,7 +154,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         work,
         *ingest_arguments(work),
         conf=SPECULATION,
-        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3,after_record@4"},
+        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3,after_flip@3"},
     )
     try:
         # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
@@ -171,7 +171,8 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         with job.stepped_until(MERGE_WRITE, held="after_record@3", before="after_flip@3.1") as busy:
             merge_victim = busy[0]
             os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
-        with job.stepped_until(MERGE_WRITE, held="after_record@4", before="after_flip@4.1"):
+        # The orders sink committed checkpoint 3: the totals sink's commit comes next.
+        with job.stepped_until(MERGE_WRITE, held="after_flip@3", before="after_flip@3.2"):
             job.kill_driver()
     except BaseException:
         # A job left held at a step would keep both workers' cores, and the next cluster
@@ -183,7 +184,12 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         spark_cluster.revive()
     (last,) = CheckpointStore(spark, str(work / "state")).history("ingest", latest_only=True)
     journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
-    (fourth,) = [t for t in journal.transactions("orders") if t.checkpoint_id == 4]
+    states = {
+        sink: t.state
+        for sink in ("orders", "totals")
+        for t in journal.transactions(sink)
+        if t.checkpoint_id == 3
+    }
     restarted = submit_ingest(spark_cluster, work, *ingest_arguments(work), name="restarted")
     assert restarted.wait() == 0, restarted.tail()
     return FaultedRun(
@@ -192,7 +198,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         worker_victim=worker_victim,
         merge_victim=merge_victim,
         last_checkpoint_at_kill=last.checkpoint_id,
-        orders_state_at_kill=fourth.state,
+        states_at_kill=states,
         restarted=restarted,
     )
 
@@ -236,10 +242,12 @@ def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun)
 
 @pytest.mark.slow
 def test_driver_killed_during_the_commit_merge_then_restarted(spark, faulted_run: FaultedRun):
-    # It died inside the commit: checkpoint 4 was recorded, its orders not yet committed.
+    # It died inside the commit: checkpoint 3 was recorded and its orders committed, its
+    # totals not yet.
     assert faulted_run.job.process.returncode == -signal.SIGKILL
-    assert faulted_run.last_checkpoint_at_kill == 4
-    assert faulted_run.orders_state_at_kill is not TxnState.COMMITTED
+    assert faulted_run.last_checkpoint_at_kill == 3
+    assert faulted_run.states_at_kill["orders"] is TxnState.COMMITTED
+    assert faulted_run.states_at_kill["totals"] is not TxnState.COMMITTED
     # The restart finished that commit: every order once.
     assert faulted_run.restarted.process.returncode == 0
     assert_every_order_once(spark, faulted_run.work)
