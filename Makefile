@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-all test-fast demo clean metastore-up metastore-down cluster-up cluster-down bench bench-quick
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down bench bench-quick
 
 setup: $(STAMP)
 
@@ -36,15 +36,10 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix lakesink jobs tests benchmarks
 
 # The suite CI runs, in two worker processes (a Spark test spends much of its time waiting:
-# JVM starts, Delta commits, child jobs): the slow process and crash tests and the quick
-# benchmark included, the standalone-cluster tests not (with them CI took 26-28 minutes of
-# its 30 on 2 cores, and their fault run missed its moment once in three runs).
+# JVM starts, Delta commits, child jobs): the slow process, crash, cluster fault and soak
+# tests and the quick benchmark included. The cluster tests share one standalone cluster.
 PYTEST_WORKERS ?= 2
 test: lint $(IVY_STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not cluster" $(PYTEST_ARGS)
-
-# Everything, with the standalone-cluster fault tests and the soak.
-test-all: lint $(IVY_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
