@@ -15,23 +15,23 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakesink.coordinator import CheckpointCoordinator
 from lakesink.errors import LakesinkError
+from lakesink.faults import hook_from_env
 from lakesink.file_source import LandingFolder
 
-__all__ = ["ORDERS_SCHEMA", "crash_hook_from_env", "main", "transform"]
+__all__ = ["ORDERS_SCHEMA", "main", "transform"]
 
 log = logging.getLogger(__name__)
 
 RAW_SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE, ordered_at STRING"
 ORDERS_SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE, ordered_at TIMESTAMP"
 TOTALS_SCHEMA = "customer STRING, orders BIGINT, amount DOUBLE"
-CRASH_ENV = "LAKESINK_CRASH_AT"
 
 
 def transform(raw: DataFrame) -> DataFrame:
@@ -48,17 +48,6 @@ def totals(orders: DataFrame) -> DataFrame:
     return orders.groupBy("customer").agg(
         F.count("*").alias("orders"), F.sum("amount").alias("amount")
     )
-
-
-def crash_hook_from_env() -> Callable[[str, object], None] | None:
-    """The fault-injection hook ``$LAKESINK_CRASH_AT`` / ``$LAKESINK_STEP_MARKERS`` ask for.
-
-    See ``lakesink.faults``: crash tests and the demo kill the job at a protocol step,
-    cluster fault tests watch the step markers to kill an executor during a given write.
-    """
-    from lakesink.faults import hook_from_env
-
-    return hook_from_env()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,11 +125,14 @@ def run(args: argparse.Namespace) -> int:
         from lakesink.validation import ValidationGate
 
         gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
+    # Fault injection ($LAKESINK_CRASH_AT and friends, lakesink.faults): crash tests, the
+    # cluster fault tests and the demo stop or kill the job at a protocol step. Read
+    # before Spark starts, so that a malformed spec fails at once.
+    step_hook = hook_from_env()
     spark = spark_session(master=args.master, app_name=f"lakesink-{args.job_id}")
-    crash = crash_hook_from_env()
-    sink_options = {"step_hook": crash, "journal_path": args.journal}
+    sink_options = {"step_hook": step_hook, "journal_path": args.journal}
     with CheckpointCoordinator(
-        spark, job_id=args.job_id, state_dir=args.state, step_hook=crash
+        spark, job_id=args.job_id, state_dir=args.state, step_hook=step_hook
     ) as coordinator:
         source = LandingFolder(
             spark,
