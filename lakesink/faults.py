@@ -14,7 +14,10 @@
 Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``after_flip``
 (and any other) from ``DeltaSink``; ``after_pre_commit``, ``after_record`` from the
 checkpoint coordinator. The hook gets the step and either the transaction (which has a
-``checkpoint_id``) or the checkpoint id itself.
+``checkpoint_id``) or the checkpoint id itself. So CHECKPOINT counts the job's checkpoints
+for the coordinator's steps but the sink's for the sink's, and the two part after a
+restart: a sink never reuses the id of an aborted attempt (the job does, it replays), and
+its recovery commit of a recorded checkpoint runs under the sink's id.
 """
 
 from __future__ import annotations
