@@ -97,3 +97,14 @@ def test_a_second_run_of_the_same_job_is_refused_while_the_first_runs(spark, tmp
     finally:
         first.kill()
         first.wait()
+
+
+def test_a_malformed_fault_spec_fails_before_spark_starts(tmp_path):
+    generate(tmp_path, files=2)
+
+    run = ingest(tmp_path, "after_record-2")
+
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "LAKESINK_CRASH_AT='after_record-2' is not STEP@CHECKPOINT" in run.stderr
+    assert "session with Delta" not in run.stderr  # no Spark session was started
+    assert not (tmp_path / "orders").exists() and not (tmp_path / "state").exists()
