@@ -9,7 +9,10 @@ __all__ = [
     "AuditFailedError",
     "CheckpointOrderError",
     "CommitError",
+    "CommitFailedError",
+    "CommitStateUnknownError",
     "ConfigurationError",
+    "FormatVersionError",
     "LakesinkError",
     "ProtocolError",
     "ReservedColumnError",
@@ -52,6 +55,14 @@ class CommitError(LakesinkError):
         self.failures = tuple(failures)
 
 
+class CommitFailedError(LakesinkError):
+    """Raised when a commit was refused and changed nothing (conflicts past its retries)."""
+
+
+class CommitStateUnknownError(LakesinkError):
+    """Raised when a commit may or may not have taken effect; reconcile before anything else."""
+
+
 class AlreadyRunningError(LakesinkError):
     """Raised when another live process already runs the same job or sink writer."""
 
@@ -66,6 +77,10 @@ class ReservedColumnError(SchemaMismatchError):
 
 class TableNotFoundError(LakesinkError):
     """Raised when a path or name that must hold a Delta table holds none."""
+
+
+class FormatVersionError(LakesinkError):
+    """Raised when a table was written in a lakesink format this version cannot use."""
 
 
 class ValidationSuiteError(ConfigurationError):

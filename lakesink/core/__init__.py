@@ -1,0 +1,44 @@
+"""The engine-free core: the two-phase-commit protocol, its recovery plan, the checkpoint
+coordinator and the source interface. Imports no pyspark: an engine implements these."""
+
+from lakesink.core.coordinator import (
+    CheckpointCoordinator,
+    CheckpointRecord,
+    CheckpointStore,
+    Lock,
+    Pacing,
+)
+from lakesink.core.lock import ProcessLock
+from lakesink.core.protocol import Clock, SystemClock, TransactionTimeout, TwoPhaseCommitSink
+from lakesink.core.recovery import RecoveryPlan, plan
+from lakesink.core.source import Batch, Quarantined, Source
+from lakesink.core.state import (
+    LoggedTransaction,
+    SinkState,
+    TransactionHolder,
+    TransactionLog,
+    TxnState,
+)
+
+__all__ = [
+    "Batch",
+    "CheckpointCoordinator",
+    "CheckpointRecord",
+    "CheckpointStore",
+    "Clock",
+    "Lock",
+    "LoggedTransaction",
+    "Pacing",
+    "ProcessLock",
+    "Quarantined",
+    "RecoveryPlan",
+    "SinkState",
+    "Source",
+    "SystemClock",
+    "TransactionHolder",
+    "TransactionLog",
+    "TransactionTimeout",
+    "TwoPhaseCommitSink",
+    "TxnState",
+    "plan",
+]
