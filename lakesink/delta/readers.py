@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from lakesink.sql import delta_path, quote_identifier, quote_name
+from lakesink.delta.format import (
+    CHECKPOINT_ID,
+    COMMITTED_FILTER,
+    HIDDEN_PREFIX,
+    TXN_ID,
+    SinkTable,
+)
+from lakesink.delta.sql import delta_path, quote_identifier, quote_name
 
-__all__ = ["COMMITTED_FILTER", "VISIBLE", "committed", "create_committed_view"]
-
-VISIBLE = "_lakesink_visible"
-# What an engine without the view must apply (and then drop the _lakesink_* columns).
-COMMITTED_FILTER = f"{VISIBLE} = true"
+__all__ = ["committed", "create_committed_view", "transaction_rows"]
 
 
 def committed(spark: SparkSession, path: str, *, version: int | None = None) -> DataFrame:
@@ -24,7 +28,7 @@ def committed(spark: SparkSession, path: str, *, version: int | None = None) -> 
     if version is not None:
         reader = reader.option("versionAsOf", version)
     table = reader.load(path)
-    user_columns = [c for c in table.columns if not c.startswith("_lakesink_")]
+    user_columns = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
     return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
 
 
@@ -42,4 +46,16 @@ def create_committed_view(
     spark.sql(
         f"CREATE OR REPLACE VIEW {quote_name(view_name)} AS "
         f"SELECT {select} FROM {delta_path(path)} WHERE {COMMITTED_FILTER}"
+    )
+
+
+def transaction_rows(
+    spark: SparkSession, table: SinkTable, checkpoint_id: int, txn_id: str
+) -> DataFrame:
+    """One transaction's rows, masked or not, user columns only (what a suite audits)."""
+    return (
+        spark.read.format("delta")
+        .load(table.path)
+        .where((F.col(CHECKPOINT_ID) == checkpoint_id) & (F.col(TXN_ID) == txn_id))
+        .select(*[F.col(quote_identifier(name)) for name in table.schema.fieldNames()])
     )

@@ -1,7 +1,9 @@
-"""An incremental file source: new files in a landing folder, consumed exactly once.
+"""A landing folder: new files consumed exactly once, a ``Source`` for a checkpointed job.
 
-The position is the set of files already consumed. It is stored with each completed
-checkpoint, so a restarted job consumes exactly the files no completed checkpoint took.
+Files are taken in name order; the position is the set of names consumed so far (JSON), so
+a file that arrives late with an early name is still read. It grows with the number of
+files the folder ever held: for a folder that receives files without end, read it with
+Spark's own file source instead.
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
@@ -19,9 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from lakesink.core import Batch, Quarantined, Source
 from lakesink.errors import ConfigurationError
 
-__all__ = ["FileFormat", "LandingFolder", "Quarantined", "SourcePosition"]
+__all__ = ["FileFormat", "LandingFolder", "literal_path"]
 
 log = logging.getLogger(__name__)
 
@@ -30,32 +32,7 @@ CORRUPT = "_corrupt_record"
 QUARANTINE = "_quarantine"
 
 
-@dataclass(frozen=True)
-class SourcePosition:
-    """The files consumed so far (names relative to the landing folder)."""
-
-    consumed: frozenset[str] = frozenset()
-
-    def to_json(self) -> str:
-        return json.dumps(sorted(self.consumed))
-
-    @classmethod
-    def from_json(cls, text: str | None) -> SourcePosition:
-        return cls(frozenset(json.loads(text))) if text else cls()
-
-    def plus(self, files: Iterable[str]) -> SourcePosition:
-        return SourcePosition(self.consumed | frozenset(files))
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    """A landing file that did not parse, moved aside with the reason."""
-
-    file: str
-    reason: str
-
-
-class LandingFolder:
+class LandingFolder(Source[DataFrame]):
     """New files of one format in ``folder``, read with ``schema``.
 
     Files are taken in name order (producers should name them so that order is arrival
@@ -77,17 +54,26 @@ class LandingFolder:
         self.file_format = file_format
         self.schema = schema
 
-    def pending(self, position: SourcePosition) -> list[str]:
-        """Files not consumed yet, in name order."""
-        names = sorted(
+    def next_batch(self, position: str | None, *, limit: int) -> Batch | None:
+        """The next ``limit`` files not consumed yet, in name order."""
+        consumed = set(json.loads(position)) if position else set()
+        waiting = sorted(
             p.name
             for p in self.folder.iterdir()
-            if p.is_file() and not p.name.startswith((".", "_"))
+            if p.is_file() and not p.name.startswith((".", "_")) and p.name not in consumed
         )
-        return [name for name in names if name not in position.consumed]
+        if not waiting:
+            return None
+        taken = waiting[:limit]
+        after = json.dumps(sorted(consumed.union(taken)))
+        return Batch(tuple(taken), after, remaining=len(waiting) - len(taken))
 
-    def read(self, files: Sequence[str]) -> tuple[DataFrame, list[Quarantined]]:
+    def read(self, batch: Batch) -> tuple[DataFrame, tuple[Quarantined, ...]]:
         """Rows of the good files, and the files that did not parse (moved to quarantine)."""
+        data, quarantined = self._read_files(batch.items)
+        return data, tuple(quarantined)
+
+    def _read_files(self, files: Sequence[str]) -> tuple[DataFrame, list[Quarantined]]:
         if self.file_format == "parquet":
             return self._read_parquet(files)
         paths = [literal_path(self.folder / name) for name in files]
@@ -113,9 +99,13 @@ class LandingFolder:
         good = [literal_path(self.folder / name) for name in files if name not in bad]
         if not good:
             return self.spark.createDataFrame([], self.schema), quarantined
-        # Read again without the quarantined files, so no later action touches them.
-        frame = reader.format(self.file_format).load(good)
-        return frame.where(F.col(CORRUPT).isNull()).drop(CORRUPT), quarantined
+        # Read again without the quarantined files, so no later action touches them, and
+        # without the corrupt-record column, which Spark refuses to count on its own: what
+        # is left parsed, and a file changed since fails the job rather than losing rows.
+        again = self.spark.read.schema(self.schema).option("mode", "FAILFAST")
+        if self.file_format == "csv":
+            again = again.option("header", "true")
+        return again.format(self.file_format).load(good), quarantined
 
     def _read_parquet(self, files: Sequence[str]) -> tuple[DataFrame, list[Quarantined]]:
         good, quarantined = [], []

@@ -1,0 +1,126 @@
+"""A job's checkpoint store as a Delta table: one append-only row per completed checkpoint.
+
+The table lives at ``STATE_DIR/checkpoints`` (format: ``lakesink.delta.format``), next to
+the lock files of the jobs that use it (``STATE_DIR/JOB.lock``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from lakesink.core import CheckpointRecord, CheckpointStore, ProcessLock, Quarantined
+from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
+from lakesink.delta.sql import delta_path, string_literal
+from lakesink.errors import TableNotFoundError
+
+__all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables"]
+
+
+def checkpoints_path(state_dir: str) -> str:
+    """Where the checkpoint table of a job's ``--state`` folder is."""
+    return str(Path(state_dir).resolve() / "checkpoints")
+
+
+def old_tables(state_dir: str) -> tuple[Path, Path]:
+    """Where ``lakesink migrate-checkpoints`` keeps the old table, and writes the new one."""
+    path = Path(checkpoints_path(state_dir))
+    return path.with_name("checkpoints.format1"), path.with_name("checkpoints.migrating")
+
+
+class DeltaCheckpointStore(CheckpointStore):
+    """The checkpoint table under ``state_dir``.
+
+    Args:
+        spark: A Delta-ready session.
+        state_dir: The jobs' state folder.
+        create: Create the table (and folder) if missing; otherwise a missing table is an
+            error naming the folder.
+        at: Keep the table there instead (a migration writes its new table aside).
+
+    Raises:
+        TableNotFoundError: No table and not ``create``, or a migration was cut short.
+        FormatVersionError: The table has another format (``lakesink migrate-checkpoints``
+            rewrites an older one).
+    """
+
+    def __init__(
+        self, spark: SparkSession, state_dir: str, *, create: bool = True, at: str | None = None
+    ) -> None:
+        self.spark = spark
+        self.state_dir = Path(state_dir).resolve()
+        self.path = at or checkpoints_path(state_dir)
+        if at is None and old_tables(state_dir)[0].exists() and not Path(self.path).exists():
+            raise TableNotFoundError(
+                f"{self.state_dir} holds a checkpoint table being migrated; run "
+                f"`lakesink migrate-checkpoints {self.state_dir}` again to finish it"
+            )
+        if create:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        ensure_log_table(
+            spark,
+            self.path,
+            schema=CHECKPOINTS_SCHEMA,
+            version=CHECKPOINTS_FORMAT,
+            what="checkpoint table",
+            create=create,
+            missing="pass the --state folder the job ran with",
+        )
+
+    def append(self, *records: CheckpointRecord) -> None:
+        """Record checkpoints in one Delta commit (one, normally: the moment it completes)."""
+        frame = self.spark.createDataFrame([to_row(r) for r in records], CHECKPOINTS_SCHEMA)
+        frame.write.format("delta").mode("append").save(self.path)
+
+    def history(self, job_id: str) -> list[CheckpointRecord]:
+        return self._select(job_id, "ASC")
+
+    def latest(self, job_id: str) -> CheckpointRecord | None:
+        records = self._select(job_id, "DESC LIMIT 1")
+        return records[0] if records else None
+
+    def job_lock(self, job_id: str) -> ProcessLock:
+        return ProcessLock(self.state_dir / f"{job_id}.lock", f"job {job_id!r}")
+
+    def _select(self, job_id: str, order: str) -> list[CheckpointRecord]:
+        rows = self.spark.sql(
+            f"SELECT * FROM {delta_path(self.path)} "
+            f"WHERE job_id = {string_literal(job_id)} ORDER BY checkpoint_id {order}"
+        ).collect()
+        return [from_row(row.asDict()) for row in rows]
+
+
+def to_row(record: CheckpointRecord) -> tuple:
+    """A record as a row of the checkpoint table (``CHECKPOINTS_SCHEMA``)."""
+    detail = {
+        "items": list(record.items),
+        "rows": record.rows,
+        "quarantined": [[q.item, q.reason] for q in record.quarantined],
+    }
+    return (
+        record.job_id,
+        record.checkpoint_id,
+        record.completed_at,
+        record.source_position,
+        json.dumps(dict(record.sink_states), sort_keys=True),
+        json.dumps(detail),
+    )
+
+
+def from_row(row: dict[str, Any]) -> CheckpointRecord:
+    """A row of the checkpoint table as a record."""
+    detail = json.loads(row["detail"])
+    return CheckpointRecord(
+        job_id=row["job_id"],
+        checkpoint_id=row["checkpoint_id"],
+        completed_at=row["completed_at"].astimezone(timezone.utc),
+        source_position=row["source_position"],
+        sink_states=json.loads(row["sink_states"]),
+        items=tuple(detail["items"]),
+        rows=detail["rows"],
+        quarantined=tuple(Quarantined(item, reason) for item, reason in detail["quarantined"]),
+    )

@@ -1,0 +1,320 @@
+"""The lakesink table format, all in one place: hidden columns, properties, format versions.
+
+Three kinds of Delta table carry it:
+
+- a **sink table**: the user's columns after three hidden ones, partitioned by checkpoint
+  and transaction id, with the properties below;
+- the **journal**: an append-only table of transaction events (``lakesink.delta.journal``);
+- the **checkpoint table** of a job (``lakesink.delta.checkpoints``).
+
+Each records ``lakesink.formatVersion``. A table written before the property existed is
+format 1. Opening a table of a format this version cannot use fails with
+``FormatVersionError``, which says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from lakesink.delta.sql import delta_path
+from lakesink.errors import (
+    ConfigurationError,
+    FormatVersionError,
+    ReservedColumnError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+
+__all__ = [
+    "CHECKPOINTS_FORMAT",
+    "CHECKPOINTS_SCHEMA",
+    "CHECKPOINT_ID",
+    "COMMITTED_FILTER",
+    "FORMAT_PROPERTY",
+    "HIDDEN_FIELDS",
+    "HIDDEN_PREFIX",
+    "JOURNAL_FORMAT",
+    "JOURNAL_PROPERTY",
+    "JOURNAL_SCHEMA",
+    "SINK_ID_PROPERTY",
+    "TABLE_FORMAT",
+    "TXN_ID",
+    "VISIBLE",
+    "SinkTable",
+    "check_columns",
+    "commit_metadata",
+    "ensure_log_table",
+    "ensure_sink_table",
+    "read_sink_table",
+    "user_fields",
+]
+
+log = logging.getLogger(__name__)
+
+HIDDEN_PREFIX = "_lakesink_"
+CHECKPOINT_ID = "_lakesink_checkpoint_id"
+TXN_ID = "_lakesink_txn_id"
+VISIBLE = "_lakesink_visible"  # the masking bit: false while pending, true once committed
+# First in the schema, and the first two are the partition columns: the commit and the
+# vacuum filter on them, so they prune whole files however wide the user schema is.
+HIDDEN_FIELDS = (
+    StructField(CHECKPOINT_ID, LongType(), False),
+    StructField(TXN_ID, StringType(), False),
+    StructField(VISIBLE, BooleanType(), False),
+)
+PARTITION_COLUMNS = (CHECKPOINT_ID, TXN_ID)
+# What a reader of committed rows applies (then it drops the _lakesink_* columns).
+COMMITTED_FILTER = f"{VISIBLE} = true"
+
+SINK_ID_PROPERTY = "lakesink.sinkId"
+JOURNAL_PROPERTY = "lakesink.journal"
+FORMAT_PROPERTY = "lakesink.formatVersion"
+
+TABLE_FORMAT = 1
+JOURNAL_FORMAT = 1
+JOURNAL_SCHEMA = (
+    "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
+    "txn_id STRING NOT NULL, writer_id STRING NOT NULL, state STRING NOT NULL, "
+    "event_time TIMESTAMP NOT NULL, attempt INT NOT NULL, row_count BIGINT, "
+    "error STRING, detail STRING, validation STRING"
+)
+# Format 2: the source's position is opaque text and what a checkpoint consumed is JSON in
+# ``detail``; in format 1 the job's ids and its sinks' could differ.
+CHECKPOINTS_FORMAT = 2
+CHECKPOINTS_SCHEMA = (
+    "job_id STRING NOT NULL, checkpoint_id BIGINT NOT NULL, completed_at TIMESTAMP NOT NULL, "
+    "source_position STRING, sink_states STRING NOT NULL, detail STRING NOT NULL"
+)
+
+
+@dataclass(frozen=True)
+class SinkTable:
+    """What a lakesink sink table says of itself."""
+
+    path: str
+    sink_id: str
+    journal_path: str
+    format_version: int
+    schema: StructType  # the user's columns only
+    properties: Mapping[str, str] = field(default_factory=dict)  # all the table's properties
+
+
+def commit_metadata(operation: str, sink_id: str, **detail: object) -> str:
+    """The ``userMetadata`` lakesink puts on its Delta commits, so history names them.
+
+    ``DESCRIBE HISTORY`` then shows, per table version, which lakesink operation
+    (``write``, ``commit``, ``vacuum``) made it and for which checkpoint and transaction:
+    the audit lines history up with the journal.
+    """
+    return json.dumps({"lakesink": operation, "sink_id": sink_id, **detail}, sort_keys=True)
+
+
+def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
+    """The lakesink sink table at ``path``, checked.
+
+    Raises:
+        TableNotFoundError: No Delta table there, or one lakesink did not write.
+        FormatVersionError: It was written in a newer format.
+        SchemaMismatchError: It lacks a hidden column.
+    """
+    properties = _properties(spark, path)
+    if properties is None:
+        raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
+    if SINK_ID_PROPERTY not in properties:
+        raise TableNotFoundError(
+            f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
+        )
+    version = _check_format(properties, path, "table", TABLE_FORMAT)
+    table_schema = spark.read.format("delta").load(path).schema
+    missing = [f.name for f in HIDDEN_FIELDS if f.name not in table_schema.fieldNames()]
+    if missing:
+        raise SchemaMismatchError(
+            f"the table at {path} lacks hidden column(s) {', '.join(missing)}"
+        )
+    return SinkTable(
+        path=path,
+        sink_id=properties[SINK_ID_PROPERTY],
+        journal_path=properties.get(JOURNAL_PROPERTY, ""),
+        format_version=version,
+        schema=user_fields(table_schema),
+        properties=properties,
+    )
+
+
+def ensure_sink_table(
+    spark: SparkSession, path: str, *, sink_id: str, schema: StructType | None, journal: str
+) -> tuple[StructType, bool]:
+    """Create the sink table or check the existing one; return its user schema and if created.
+
+    Raises:
+        ConfigurationError: The table belongs to another sink or journal.
+        TableNotFoundError: No table and no ``schema``, or a folder that holds other files.
+        SchemaMismatchError: ``schema`` differs from the table's (every difference named).
+    """
+    if schema is not None:
+        check_reserved(schema, "the schema")
+    if _properties(spark, path) is not None:
+        try:
+            table = read_sink_table(spark, path)
+        except TableNotFoundError as exc:
+            raise ConfigurationError(f"{exc}; give the sink a new path") from None
+        if table.sink_id != sink_id:
+            raise ConfigurationError(
+                f"the table at {path} belongs to sink id {table.sink_id!r}, not {sink_id!r}"
+            )
+        if table.journal_path != journal:
+            raise ConfigurationError(
+                f"the table at {path} is journaled in {table.journal_path}, not {journal}; "
+                "pass journal_path= with the recorded journal"
+            )
+        if schema is not None:
+            check_columns(schema, table.schema, what="the given schema")
+        return table.schema, False
+    if schema is None:
+        raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
+    _check_empty_folder(path, "the sink's table")
+    from delta.tables import DeltaTable
+
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumns(StructType([*HIDDEN_FIELDS, *schema.fields]))
+        .partitionedBy(*PARTITION_COLUMNS)
+        .property(SINK_ID_PROPERTY, sink_id)
+        .property(JOURNAL_PROPERTY, journal)
+        .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
+        .execute()
+    )
+    log.info("created lakesink table %s for sink %r", path, sink_id)
+    return schema, True
+
+
+def ensure_log_table(
+    spark: SparkSession,
+    path: str,
+    *,
+    schema: str,
+    version: int,
+    what: str,
+    create: bool,
+    missing: str,
+) -> None:
+    """Create an append-only lakesink table (journal, checkpoints) or check its format.
+
+    ``missing`` finishes the error raised when it is absent and ``create`` is false.
+
+    Raises:
+        TableNotFoundError: Absent and not to be created, or a folder of other files.
+        FormatVersionError: Written in another format.
+    """
+    properties = _properties(spark, path)
+    if properties is not None:
+        _check_format(properties, path, what, version)
+        return
+    if not create:
+        raise TableNotFoundError(f"no lakesink {what} at {path}: {missing}")
+    _check_empty_folder(path, f"the {what}")
+    from delta.tables import DeltaTable
+
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumns(spark.createDataFrame([], schema).schema)
+        .property("delta.appendOnly", "true")
+        .property(FORMAT_PROPERTY, str(version))
+        .execute()
+    )
+    log.info("created %s %s", what, path)
+
+
+def user_fields(schema: StructType) -> StructType:
+    """The user's columns of a sink table's schema: every column but the hidden ones."""
+    return StructType([f for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)])
+
+
+def check_reserved(schema: StructType, what: str) -> None:
+    """Refuse user columns named like the hidden ones (any case)."""
+    reserved = [f.name for f in schema.fields if f.name.lower().startswith(HIDDEN_PREFIX)]
+    if reserved:
+        raise ReservedColumnError(
+            f"{what} has column(s) {', '.join(reserved)}: names starting with "
+            f"{HIDDEN_PREFIX!r} are reserved for lakesink's hidden columns; rename them"
+        )
+
+
+def check_columns(actual: StructType, expected: StructType, *, what: str) -> None:
+    """Raise naming every missing, extra and wrongly typed column (nullability aside)."""
+    check_reserved(actual, what)
+    have = {f.name: f.dataType for f in actual.fields}
+    want = {f.name: f.dataType for f in expected.fields}
+    problems = []
+    missing = [name for name in want if name not in have]
+    extra = [name for name in have if name not in want]
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if extra:
+        problems.append(f"extra {', '.join(extra)}")
+    for name in want:
+        if name in have and have[name] != want[name]:
+            problems.append(
+                f"{name} is {have[name].simpleString()}, expected {want[name].simpleString()}"
+            )
+    if problems:
+        raise SchemaMismatchError(
+            f"{what} does not match the sink's schema: {'; '.join(problems)} "
+            f"(expected: {expected.simpleString()})"
+        )
+
+
+# ------------------------------------------------------------------ internals
+
+
+def _properties(spark: SparkSession, path: str) -> dict[str, str] | None:
+    """The table properties of the Delta table at ``path``, or None if there is none."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
+    return dict((detail["properties"] if detail else None) or {})
+
+
+def _check_format(properties: dict[str, str], path: str, what: str, supported: int) -> int:
+    version = int(properties.get(FORMAT_PROPERTY, "1"))
+    if version > supported:
+        raise FormatVersionError(
+            f"the {what} at {path} has lakesink format {version}, newer than the {supported} "
+            "this lakesink reads; upgrade lakesink"
+        )
+    if version < supported:
+        raise FormatVersionError(
+            f"the {what} at {path} has lakesink format {version}, older than the {supported} "
+            f"this lakesink writes; {_UPGRADES[what]}"
+        )
+    return version
+
+
+# What to do with a table of an older format, per kind.
+_UPGRADES = {
+    "table": "no migration exists for it",
+    "journal": "no migration exists for it",
+    "checkpoint table": (
+        "migrate it with `lakesink migrate-checkpoints STATE_DIR` (it rewrites the job's "
+        "records; run it while the job is stopped)"
+    ),
+}
+
+
+def _check_empty_folder(path: str, what: str) -> None:
+    folder = Path(path)
+    if folder.exists() and any(folder.iterdir()):
+        raise TableNotFoundError(
+            f"{path} exists and holds no Delta table; give {what} an empty or new folder"
+        )

@@ -1,0 +1,224 @@
+"""The journal: an append-only Delta table of every transaction state change.
+
+One row per event (never updated), so any number of sinks and writers append to one
+journal without conflicting, and an auditor can replay the whole history. A transaction's
+current state is its latest event by rank (``TxnState.rank``): states only move forward
+(open -> pre_committed [-> held] -> committing -> committed, or -> aborted), so clocks that
+disagree cannot undo one. ``fold`` is the one place that turns events into that state.
+
+A validation run (the audit gate, ``lakesink.delta.validation``) is journaled as an event
+whose ``validation`` column holds the report as JSON; its state is what the run left the
+transaction in (pre-committed when it passed or only warned, held, or aborted). The vacuum
+journals an ``aborted`` event whose detail starts with ``vacuumed:`` once it removed a
+transaction's rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakesink.core import TxnState
+from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
+
+__all__ = [
+    "JOURNAL_ENV",
+    "VACUUMED_PREFIX",
+    "Journal",
+    "JournalEntry",
+    "TransactionStatus",
+    "default_journal_path",
+    "fold",
+]
+
+log = logging.getLogger(__name__)
+
+JOURNAL_ENV = "LAKESINK_JOURNAL"
+# The detail of the aborted event that says a transaction's rows were removed.
+VACUUMED_PREFIX = "vacuumed:"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalEntry:
+    """One state change of one transaction."""
+
+    sink_id: str
+    table_path: str
+    checkpoint_id: int
+    txn_id: str
+    writer_id: str
+    state: TxnState
+    event_time: datetime
+    attempt: int = 0
+    row_count: int | None = None
+    error: str | None = None
+    detail: str | None = None
+    validation: str | None = None  # a ValidationReport as JSON
+
+    def as_row(self) -> tuple:
+        return tuple(
+            getattr(self, f.name).value if f.name == "state" else getattr(self, f.name)
+            for f in fields(self)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransactionStatus:
+    """Where one transaction stands now, folded from its journal events."""
+
+    sink_id: str
+    txn_id: str
+    checkpoint_id: int
+    writer_id: str
+    state: TxnState
+    opened_at: datetime
+    updated_at: datetime
+    row_count: int | None
+    attempts: int
+    last_error: str | None
+    last_validation: str | None = None  # the latest ValidationReport JSON, if validated
+    states: frozenset[TxnState] = frozenset()  # every state it was ever in
+    vacuumed: bool = False  # its rows were removed by the vacuum job
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "opened_at", _utc(self.opened_at))
+        object.__setattr__(self, "updated_at", _utc(self.updated_at))
+
+    def event(
+        self, *, table_path: str, state: TxnState, event_time: datetime, **extra: Any
+    ) -> JournalEntry:
+        """A new event of this transaction (what an operator or the vacuum journals)."""
+        return JournalEntry(
+            sink_id=self.sink_id,
+            table_path=table_path,
+            checkpoint_id=self.checkpoint_id,
+            txn_id=self.txn_id,
+            writer_id=self.writer_id,
+            state=state,
+            event_time=event_time,
+            **extra,
+        )
+
+
+def default_journal_path(table_path: str) -> str:
+    """``$LAKESINK_JOURNAL`` if set, else ``_lakesink_journal`` beside the table's folder."""
+    configured = os.environ.get(JOURNAL_ENV)
+    if configured:
+        return str(Path(configured).resolve())
+    return str(Path(table_path).resolve().parent / "_lakesink_journal")
+
+
+def fold(events: DataFrame) -> DataFrame:
+    """One row per transaction of the events: its state, times, counts and last report.
+
+    Columns: ``sink_id, txn_id, checkpoint_id, writer_id, state, opened_at, updated_at,
+    pre_committed_at, committed_at, aborted_at, held_at, row_count, attempts, states,
+    vacuumed, last_error, last_validation``.
+    """
+    rank = F.create_map(*[F.lit(x) for s in TxnState for x in (s.value, s.rank)])
+    state, at = F.col("state"), F.col("event_time")
+
+    def first_time(of: TxnState) -> Column:
+        return F.min(F.when(state == of.value, at))
+
+    def latest(column: str) -> Column:
+        return F.max_by(column, F.when(F.col(column).isNotNull(), at))
+
+    return events.groupBy("sink_id", "txn_id").agg(
+        F.first("checkpoint_id").alias("checkpoint_id"),
+        F.first("writer_id").alias("writer_id"),
+        F.max_by("state", F.struct(rank[state], at, F.col("attempt"))).alias("state"),
+        F.min(at).alias("opened_at"),
+        F.max(at).alias("updated_at"),
+        first_time(TxnState.PRE_COMMITTED).alias("pre_committed_at"),
+        first_time(TxnState.COMMITTED).alias("committed_at"),
+        first_time(TxnState.ABORTED).alias("aborted_at"),
+        first_time(TxnState.HELD).alias("held_at"),
+        F.max("row_count").alias("row_count"),
+        F.max("attempt").alias("attempts"),
+        F.collect_set("state").alias("states"),
+        F.bool_or(
+            (state == TxnState.ABORTED.value)
+            & F.coalesce(F.col("detail"), F.lit("")).startswith(VACUUMED_PREFIX)
+        ).alias("vacuumed"),
+        latest("error").alias("last_error"),
+        latest("validation").alias("last_validation"),
+    )
+
+
+class Journal:
+    """Read and append journal events in the Delta table at ``path``.
+
+    Args:
+        spark: A Delta-ready session.
+        path: The journal table's folder.
+        create: Create the table if it is missing; otherwise a missing journal is an error.
+    """
+
+    def __init__(self, spark: SparkSession, path: str, *, create: bool = True) -> None:
+        self.spark = spark
+        self.path = str(Path(path).resolve())
+        ensure_log_table(
+            spark,
+            self.path,
+            schema=JOURNAL_SCHEMA,
+            version=JOURNAL_FORMAT,
+            what="journal",
+            create=create,
+            missing=f"pass the journal path the sink was written with (or set ${JOURNAL_ENV})",
+        )
+
+    def record(self, *entries: JournalEntry) -> None:
+        """Append the entries in one Delta commit (a blind append: it never conflicts)."""
+        if not entries:
+            return
+        frame = self.spark.createDataFrame([e.as_row() for e in entries], JOURNAL_SCHEMA)
+        frame.write.format("delta").mode("append").save(self.path)
+        for entry in entries:
+            log.debug("journal: %s", entry)
+
+    def events(self, *, version: int | None = None) -> DataFrame:
+        """Every event (as of a Delta ``version`` of the journal, if given)."""
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(self.path)
+
+    def transactions(
+        self, sink_id: str, *, writer_id: str | None = None
+    ) -> list[TransactionStatus]:
+        """The current status of each transaction of a sink, ordered by checkpoint id."""
+        events = self.events().where(F.col("sink_id") == sink_id)
+        if writer_id is not None:
+            events = events.where(F.col("writer_id") == writer_id)
+        rows = fold(events).orderBy("checkpoint_id", "txn_id").collect()
+        return [
+            TransactionStatus(
+                sink_id=row.sink_id,
+                txn_id=row.txn_id,
+                checkpoint_id=row.checkpoint_id,
+                writer_id=row.writer_id,
+                state=TxnState(row.state),
+                opened_at=row.opened_at,
+                updated_at=row.updated_at,
+                row_count=row.row_count,
+                attempts=row.attempts,
+                last_error=row.last_error,
+                last_validation=row.last_validation,
+                states=frozenset(TxnState(s) for s in row.states),
+                vacuumed=bool(row.vacuumed),
+            )
+            for row in rows
+        ]
+
+
+def _utc(moment: datetime) -> datetime:
+    # PySpark hands TIMESTAMPs back as naive datetimes in the process's local time zone.
+    return moment.astimezone(timezone.utc)

@@ -1,0 +1,602 @@
+"""The Delta Lake implementation of the two-phase-commit hooks.
+
+- ``invoke`` appends a DataFrame's rows to the target table, masked
+  (``_lakesink_visible = false``) and tagged with the checkpoint and transaction id. Each
+  append carries ``txnAppId = lakesink:<sink>:<writer>:<transaction>`` and
+  ``txnVersion = <its step in the transaction>``, so a retried append is skipped by Delta
+  while a new transaction, even one replaying a checkpoint id, never is.
+- ``pre_commit`` counts the rows (observed while they were written, so not read back),
+  runs the validation gate on them if the sink has one, and journals the verdict.
+- ``commit`` flips the mask with one MERGE keyed on checkpoint id and transaction id
+  (retried on write conflicts), then journals it committed. The decision to commit is
+  durable before that: the driver's checkpoint record, or (standalone) the pre-commit
+  itself, which recovery always commits; an operator's commit journals it (``committing``).
+- ``abort`` and ``hold`` journal the transaction aborted or held; its rows stay masked
+  (aborted ones until the vacuum job removes them).
+- ``log`` folds this writer's journal, for recovery.
+
+The table is partitioned by checkpoint id and transaction id. A commit's MERGE pins the
+partition of its own transaction, so Delta prunes it to that transaction's files and
+appends by other transactions (other writers, later checkpoints) never conflict with it:
+open-source Delta checks conflicts per partition, and a MERGE on an unpartitioned table
+fails whenever any file was added concurrently, which would starve commits under load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakesink.core import (
+    Clock,
+    LoggedTransaction,
+    ProcessLock,
+    TransactionHolder,
+    TransactionLog,
+    TransactionTimeout,
+    TwoPhaseCommitSink,
+    TxnState,
+)
+from lakesink.delta.format import (
+    CHECKPOINT_ID,
+    TABLE_FORMAT,
+    TXN_ID,
+    VISIBLE,
+    SinkTable,
+    check_columns,
+    check_reserved,
+    commit_metadata,
+    ensure_sink_table,
+)
+from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
+from lakesink.delta.readers import create_committed_view, transaction_rows
+from lakesink.delta.spark import (
+    SINGLE_PARTITION_WRITES,
+    USER_METADATA_CONF,
+    CommitRetry,
+    conflict_exceptions,
+    retry_on_conflict,
+    session_conf,
+)
+from lakesink.delta.sql import (
+    check_column_names,
+    check_file_name_part,
+    check_path,
+    delta_path,
+    quote_identifier,
+    quote_name,
+    string_literal,
+)
+from lakesink.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    ProtocolError,
+)
+
+if TYPE_CHECKING:
+    from lakesink.delta.validation import ValidationGate, ValidationReport
+
+__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock"]
+
+log = logging.getLogger(__name__)
+
+APPEND_ATTEMPTS = 3
+
+StepHook = Callable[[str, int], None]
+
+
+@dataclass(frozen=True)
+class DeltaTransaction:
+    """A transaction handle: a fresh id, never reused, and the checkpoint it belongs to."""
+
+    txn_id: str
+    checkpoint_id: int
+    writer_id: str
+
+
+@dataclass
+class _Progress:
+    """What this process knows of one of its transactions, until it leaves the sink."""
+
+    appends: int = 0  # appends so far; the next one's txnVersion is appends + 1
+    rows: int | None = 0  # rows appended, as observed; None once a count is unknown
+    failure: str | None = None  # an append that failed for good: which rows landed is unknown
+    journaled: bool = False  # its open event is in the journal
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkOptions:
+    """How a ``DeltaSink`` is named, journaled, audited and committed.
+
+    Attributes:
+        sink_id: Names the sink in the journal and the table; default: the folder's name.
+            A table belongs to one sink id.
+        writer_id: Identifies this writer among the sink's concurrent writers; a restarted
+            writer must reuse its id to recover its transactions.
+        journal_path: The journal table; default ``$LAKESINK_JOURNAL`` or
+            ``_lakesink_journal`` beside the table's folder.
+        view_name: Catalog name of the committed view; default: the sink id.
+        table_name: Also register the raw table under this catalog name.
+        validation: Audit each checkpoint's pending rows with this Great Expectations
+            gate before they can be committed (``lakesink.delta.validation``). Its suite
+            must only name columns the table has.
+        commit_retry: How commits retry Delta write conflicts.
+        timeout: A transaction timeout, for the warnings and recovery options it brings.
+    """
+
+    sink_id: str | None = None
+    writer_id: str = "0"
+    journal_path: str | None = None
+    view_name: str | None = None
+    table_name: str | None = None
+    validation: ValidationGate | None = None
+    commit_retry: CommitRetry = field(default_factory=CommitRetry)
+    timeout: TransactionTimeout | None = None
+
+
+class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
+    """An exactly-once sink into one Delta table.
+
+    Standalone (the sink drives its own checkpoints) open it with ``DeltaSink.open``; in a
+    job, hand it to a ``CheckpointCoordinator``, which restores it. Creating one checks
+    its options and touches nothing; the table and journal are created (when ``schema``
+    is given) or checked when the sink starts.
+
+    Args:
+        spark: A Delta-ready session (``lakesink.spark_session()``).
+        path: The target table's folder.
+        schema: The user columns. Required to create the table; checked against an
+            existing one (a DDL string or a ``StructType``).
+        options: Naming, journal, validation, retries, timeout (``SinkOptions``).
+        step_hook: Called with a step name and the checkpoint id at each protocol step
+            (for observability and fault-injection tests).
+        clock: Where transaction ages and journal times come from.
+        **fields: ``SinkOptions`` fields, instead of or over ``options``.
+    """
+
+    handle_type = DeltaTransaction
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        path: str,
+        *,
+        schema: StructType | str | None = None,
+        options: SinkOptions | None = None,
+        step_hook: StepHook | None = None,
+        clock: Clock | None = None,
+        **fields: Any,
+    ) -> None:
+        options = _options(options, fields)
+        # Every name is checked before anything is written: a name Spark, Delta or a file
+        # name cannot take fails here, named, not half-way through creating the table.
+        self.path = check_path(str(Path(path).resolve()))
+        self.sink_id = options.sink_id or Path(self.path).name
+        self.writer_id = check_file_name_part(options.writer_id, what="writer id")
+        if not self.sink_id:
+            raise ConfigurationError("sink_id must not be empty")
+        super().__init__(
+            name=f"lakesink[{self.sink_id}/{self.writer_id}]",
+            clock=clock,
+            timeout=options.timeout,
+        )
+        self.spark = spark
+        self.options = options
+        self.view_name = _view_name(options.view_name, self.sink_id)
+        if options.table_name:
+            quote_name(options.table_name, what="table name")
+            if options.table_name == self.view_name:
+                raise ConfigurationError(
+                    f"table_name and view_name are both {options.table_name!r}; give them "
+                    "different names"
+                )
+        self.journal_path = check_path(
+            str(Path(options.journal_path or default_journal_path(self.path)).resolve()),
+            what="journal path",
+        )
+        self._given_schema = _as_struct(spark, schema)
+        if self._given_schema is not None:
+            check_column_names(self._given_schema.fieldNames())
+            check_reserved(self._given_schema, "the schema")
+            if options.validation is not None:  # refused before a table is made
+                options.validation.check_columns(self._given_schema.fieldNames())
+        self._step_hook = step_hook
+        # Two live processes as one writer would journal each other's transactions as
+        # lingering and abort them. The lock file is hidden from Delta (leading underscore).
+        self._lock = writer_lock(self.path, self.sink_id, self.writer_id)
+        self._progress: dict[str, _Progress] = {}
+        self.schema: StructType = self._given_schema or StructType()
+        self._journal: Journal | None = None
+
+    @classmethod
+    def open(cls, spark: SparkSession, path: str, **arguments: Any) -> DeltaSink:
+        """Create or open the table, recover from the journal, register the committed view.
+
+        For a sink that drives its own checkpoints (``checkpoint()`` then
+        ``notify_checkpoint_complete``): every transaction this writer pre-committed is
+        committed, held ones stay held, open ones are aborted, and checkpoint ids continue
+        above every id the sink used. Takes the constructor's arguments.
+        """
+        sink = cls(spark, path, **arguments)
+        sink.initialize_standalone()
+        return sink
+
+    @property
+    def journal(self) -> Journal:
+        """The sink's journal (the sink must have started)."""
+        if self._journal is None:
+            raise ProtocolError(f"{self.name} has not started: its journal is not open yet")
+        return self._journal
+
+    @property
+    def validation(self) -> ValidationGate | None:
+        return self.options.validation
+
+    def checkpoint(self) -> int:
+        """Pre-commit the open transaction; return its checkpoint id for the commit."""
+        checkpoint_id = self.current_checkpoint_id
+        self.snapshot_state(checkpoint_id)
+        return checkpoint_id
+
+    @property
+    def table(self) -> SinkTable:
+        """What the sink's table says of itself (the sink must have started)."""
+        return SinkTable(self.path, self.sink_id, self.journal.path, TABLE_FORMAT, self.schema)
+
+    def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
+        """The transaction's rows in the table, user columns only (what a suite audits)."""
+        return transaction_rows(
+            self.spark, self.table, transaction.checkpoint_id, transaction.txn_id
+        )
+
+    # ----------------------------------------------------------------- hooks
+
+    def acquire(self) -> None:
+        self.schema, created = ensure_sink_table(
+            self.spark,
+            self.path,
+            sink_id=self.sink_id,
+            schema=self._given_schema,
+            journal=self.journal_path,
+        )
+        if self.validation is not None and self._given_schema is None:
+            self.validation.check_columns(self.schema.fieldNames())
+        # A table with history but no journal must not silently get a new, empty one:
+        # the pre-committed transactions recovery needs would be forgotten.
+        self._journal = Journal(self.spark, self.journal_path, create=created)
+        if self.options.table_name:
+            self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
+                f"LOCATION {string_literal(self.path)}"
+            )
+        self._lock.acquire()
+
+    def ready(self) -> None:
+        create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def log(self) -> TransactionLog[DeltaTransaction]:
+        """This writer's transactions in the journal; ids of every writer of the sink.
+
+        Other writers' ids count when they got past open, so writers started together
+        share their checkpoint ids. The row counts of unfinished transactions are kept for
+        their commit.
+        """
+        mine: list[LoggedTransaction[DeltaTransaction]] = []
+        last_id = 0
+        for status in self.journal.transactions(self.sink_id):
+            if status.writer_id != self.writer_id:
+                if status.state not in (TxnState.OPEN, TxnState.ABORTED):
+                    last_id = max(last_id, status.checkpoint_id)
+                continue
+            last_id = max(last_id, status.checkpoint_id)
+            txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+            started_ms = int(status.opened_at.timestamp() * 1000)
+            holder = TransactionHolder(txn, status.checkpoint_id, started_ms)
+            mine.append(LoggedTransaction(holder, status.state, status.row_count))
+            if not status.state.final:
+                self._progress.setdefault(
+                    txn.txn_id, _Progress(rows=status.row_count, journaled=True)
+                )
+        return TransactionLog(tuple(mine), last_id)
+
+    def begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
+        # Journaled as open only at its first write: a transaction that never wrote has
+        # nothing to recover, and a checkpoint then costs no journal commit for it.
+        txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
+        self._progress[txn.txn_id] = _Progress()
+        return txn
+
+    def invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
+        progress = self._live(transaction)
+        check_columns(value.schema, self.schema, what="the DataFrame")
+        frame = value.select(
+            F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID),
+            F.lit(transaction.txn_id).alias(TXN_ID),
+            F.lit(False).alias(VISIBLE),
+            *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
+        )
+        step = progress.appends + 1
+        if not progress.journaled:  # before any row lands, so recovery knows to abort it
+            self.journal.record(self._entry(transaction, TxnState.OPEN))
+            progress.journaled = True
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
+            try:
+                self._step("before_append", transaction)
+                with session_conf(self.spark, SINGLE_PARTITION_WRITES):
+                    (
+                        frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+                        .write.format("delta")
+                        .mode("append")
+                        .option("txnAppId", self._app_id(transaction))
+                        .option("txnVersion", str(step))
+                        .option("userMetadata", self._metadata("write", transaction, step=step))
+                        .save(self.path)
+                    )
+                self._step("after_append", transaction)
+                observed = _observed_rows(observation) if attempt == 1 else None
+                progress.rows = (
+                    None if progress.rows is None or observed is None else progress.rows + observed
+                )
+                break
+            except Exception as exc:
+                # Same appId and version on retry: if the failed attempt did commit, Delta
+                # skips this one instead of duplicating the rows.
+                log.warning("%s: append attempt %d failed: %s", self.name, attempt, exc)
+                if attempt == APPEND_ATTEMPTS:
+                    progress.failure = repr(exc)
+                    raise
+        progress.appends = step
+
+    def pre_commit(self, transaction: DeltaTransaction) -> TxnState:
+        progress = self._live(transaction)
+        if progress.rows is None:
+            progress.rows = self.pending_rows(transaction).count()
+        rows = progress.rows
+        state, report, detail = TxnState.PRE_COMMITTED, None, None
+        if self.validation is not None and rows:
+            report = self.validation.validate(self.pending_rows(transaction))
+            state, detail = self._verdict(transaction, report)
+        self._step("before_pre_commit_record", transaction)
+        self.journal.record(
+            self._entry(
+                transaction,
+                state,
+                row_count=rows,
+                detail=detail,
+                validation=report.to_json() if report else None,
+            )
+        )
+        progress.journaled = True
+        log.info(
+            "%s: pre-committed checkpoint %d (%d rows)%s",
+            self.name,
+            transaction.checkpoint_id,
+            rows,
+            "" if state is TxnState.PRE_COMMITTED else f", {state.value} by validation",
+        )
+        return state
+
+    def commit(self, transaction: DeltaTransaction) -> None:
+        progress = self._progress.get(transaction.txn_id)
+        rows = progress.rows if progress else None
+        self._step("before_flip", transaction)
+        flipped = self._flip(transaction) if rows != 0 else 0
+        self._step("after_flip", transaction)
+        try:
+            self.journal.record(
+                self._entry(
+                    transaction,
+                    TxnState.COMMITTED,
+                    row_count=rows,
+                    detail=f"{flipped} rows made visible by this attempt",
+                )
+            )
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"{self.name}: checkpoint {transaction.checkpoint_id} is visible, but the "
+                f"journal could not record it ({exc!r}); the next commit or restart records it"
+            ) from exc
+        self._progress.pop(transaction.txn_id, None)
+
+    def abort(self, transaction: DeltaTransaction, reason: str) -> None:
+        # Every transaction the journal knows has a record here (``log`` makes those of
+        # recovered ones): one without, or never journaled, never wrote: nothing to undo.
+        progress = self._progress.pop(transaction.txn_id, None)
+        if progress is None or not progress.journaled:
+            return
+        self.journal.record(
+            self._entry(
+                transaction,
+                TxnState.ABORTED,
+                detail=f"{reason}; rows kept masked until the vacuum job removes them",
+            )
+        )
+
+    def hold(self, transaction: DeltaTransaction, reason: str) -> None:
+        progress = self._progress[transaction.txn_id]  # kept: it may yet be committed or aborted
+        self.journal.record(
+            self._entry(transaction, TxnState.HELD, row_count=progress.rows, detail=reason)
+        )
+
+    def decide_commit(self, transaction: DeltaTransaction, reason: str) -> None:
+        # Neither a checkpoint record nor the journal's pre-commit may make this commit
+        # recoverable (a held or uncheckpointed transaction): journal the decision.
+        self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1, detail=reason))
+
+    # --------------------------------------------------------------- internals
+
+    def _live(self, transaction: DeltaTransaction) -> _Progress:
+        """The open transaction's record; refused after an append that failed for good."""
+        progress = self._progress[transaction.txn_id]
+        if progress.failure is not None:
+            # Whether its rows landed is unknown: it can neither take more rows nor be
+            # pre-committed.
+            raise ProtocolError(
+                f"{self.name}: transaction {transaction.txn_id} of checkpoint "
+                f"{transaction.checkpoint_id} failed to append ({progress.failure}); "
+                "reopen the sink: recovery aborts it and its input must be replayed"
+            )
+        return progress
+
+    def _verdict(
+        self, transaction: DeltaTransaction, report: ValidationReport
+    ) -> tuple[TxnState, str | None]:
+        """What a validation report makes of the transaction, under the gate's policy."""
+        where = f"{self.name}: checkpoint {transaction.checkpoint_id}"
+        if report.success:
+            return TxnState.PRE_COMMITTED, None
+        if report.error is not None:  # whatever the policy: never commit unaudited rows
+            log.error("%s: validation could not run, held: %s", where, report.summary())
+            return TxnState.HELD, "validation could not run; held: lakesink commit or abort it"
+        log.warning("%s: %s (policy %s)", where, report.summary(), report.policy)
+        if report.policy == "warn":
+            return TxnState.PRE_COMMITTED, "validation failed; committed anyway (policy warn)"
+        if report.policy == "quarantine":
+            return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
+        return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
+
+    def _flip(self, transaction: DeltaTransaction) -> int:
+        """One idempotent MERGE: only masked rows of exactly this transaction match."""
+        key = (
+            f"t.{CHECKPOINT_ID} = {transaction.checkpoint_id} "
+            f"AND t.{TXN_ID} = {string_literal(transaction.txn_id)}"
+        )
+        statement = (
+            f"MERGE INTO {delta_path(self.path)} AS t "
+            f"USING (SELECT {transaction.checkpoint_id} AS checkpoint_id, "
+            f"{string_literal(transaction.txn_id)} AS txn_id) AS s "
+            f"ON {key} AND t.{CHECKPOINT_ID} = s.checkpoint_id AND t.{TXN_ID} = s.txn_id "
+            f"AND NOT t.{VISIBLE} "
+            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true"
+        )
+
+        def run() -> int:
+            metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
+            with session_conf(self.spark, {**SINGLE_PARTITION_WRITES, **metadata}):
+                metrics = self.spark.sql(statement).first()
+            return int(metrics["num_updated_rows"]) if metrics else 0
+
+        def journal_retry(attempt: int, error: str) -> None:
+            self.journal.record(
+                self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
+            )
+
+        what = f"{self.name}: commit of checkpoint {transaction.checkpoint_id}"
+        try:
+            return retry_on_conflict(
+                run, retry=self.options.commit_retry, what=what, on_retry=journal_retry
+            )
+        except conflict_exceptions() as exc:
+            raise CommitFailedError(
+                f"{what} still conflicted after {self.options.commit_retry.max_attempts} "
+                f"attempts ({type(exc).__name__}); nothing changed, it stays pending"
+            ) from exc
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"{what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
+                "stays pending, and the next commit (idempotent) settles it"
+            ) from exc
+
+    def _app_id(self, transaction: DeltaTransaction) -> str:
+        # One appId per transaction: its appends' versions (1, 2, ...) only grow, and no
+        # other transaction's, not even one replaying the same checkpoint id, are skipped.
+        return f"lakesink:{self.sink_id}:{transaction.writer_id}:{transaction.txn_id}"
+
+    def _entry(self, transaction: DeltaTransaction, state: TxnState, **extra: Any) -> JournalEntry:
+        return JournalEntry(
+            sink_id=self.sink_id,
+            table_path=self.path,
+            checkpoint_id=transaction.checkpoint_id,
+            txn_id=transaction.txn_id,
+            writer_id=transaction.writer_id,
+            state=state,
+            event_time=datetime.fromtimestamp(self._clock.millis() / 1000, tz=timezone.utc),
+            **extra,
+        )
+
+    def _metadata(self, operation: str, transaction: DeltaTransaction, **detail: object) -> str:
+        return commit_metadata(
+            operation,
+            self.sink_id,
+            checkpoint_id=transaction.checkpoint_id,
+            txn_id=transaction.txn_id,
+            writer_id=transaction.writer_id,
+            **detail,
+        )
+
+    def _step(self, name: str, transaction: DeltaTransaction) -> None:
+        if self._step_hook is not None:
+            self._step_hook(name, transaction.checkpoint_id)
+
+
+def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:
+    """The lock a live writer of the table at ``path`` holds (hidden from Delta by its ``_``)."""
+    return ProcessLock(
+        Path(path) / f"_lakesink_writer_{writer_id}.lock",
+        f"writer {writer_id!r} of sink {sink_id!r}",
+    )
+
+
+def _options(options: SinkOptions | None, fields: dict[str, Any]) -> SinkOptions:
+    options = options or SinkOptions()
+    if not fields:
+        return options
+    known = {f.name for f in dataclasses.fields(SinkOptions)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown sink option(s) {', '.join(unknown)}; the options are "
+            f"{', '.join(sorted(known))}"
+        )
+    return dataclasses.replace(options, **fields)
+
+
+def _view_name(view_name: str | None, sink_id: str) -> str:
+    """The committed view's catalog name, checked: ``view_name``, else the sink id."""
+    if view_name is not None:
+        quote_name(view_name, what="view name")
+        return view_name
+    if "." in sink_id:  # would name a view in another database, created on the fly
+        raise ConfigurationError(
+            f"the sink id {sink_id!r} (the view name by default) holds a dot; "
+            "pass view_name= with a name of letters, digits and _"
+        )
+    quote_name(sink_id, what="view name (by default the sink id)")
+    return sink_id
+
+
+def _observed_rows(observation: Observation) -> int | None:
+    """The rows an append wrote, or None if Delta skipped it (nothing was observed).
+
+    ``Observation.get`` would wait forever for a write that never ran, so the JVM side's
+    future is asked first; any surprise there just means "unknown" (then the rows are
+    counted in the table).
+    """
+    try:
+        if not observation._jo.future().isCompleted():  # type: ignore[union-attr]
+            return None
+        return int(observation.get["rows"])
+    except Exception as exc:  # a private API: never let it fail a write
+        log.debug("observed row count unavailable: %s", exc)
+        return None
+
+
+def _as_struct(spark: SparkSession, schema: StructType | str | None) -> StructType | None:
+    if schema is None or isinstance(schema, StructType):
+        return schema
+    return spark.createDataFrame([], schema).schema

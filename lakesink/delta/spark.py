@@ -1,0 +1,138 @@
+"""Spark helpers of the Delta implementation: session settings taken in turns, the
+single-partition write settings, and retries of Delta write conflicts."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pyspark.sql import SparkSession
+
+__all__ = [
+    "SINGLE_PARTITION_WRITES",
+    "USER_METADATA_CONF",
+    "CommitRetry",
+    "conflict_exceptions",
+    "retry_on_conflict",
+    "session_commit_metadata",
+    "session_conf",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+# Every lakesink append and MERGE writes into a single (checkpoint id, transaction id)
+# partition. Without these, Spark sorts a partitioned write's rows by partition before
+# writing them, and Delta's MERGE first shuffles its output into one task per partition:
+# a pass over all the rows each, and the shuffle leaves one task to write them all. With
+# them, each task writes its rows straight into the one partition (the benchmark's
+# pre-commit and commit of 5M rows: README, "Benchmarks").
+SINGLE_PARTITION_WRITES = {
+    "spark.sql.maxConcurrentOutputFileWriters": "1",
+    "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false",
+}
+
+# A session's SQL conf is shared by every thread that uses the session: two sinks writing
+# at once in two threads would tag each other's commits (the audit would then pin a commit
+# on the wrong checkpoint) and one could put back a setting the other still needs. So the
+# blocks that set the conf take turns per session; a thread with its own
+# ``spark.newSession()`` has its own conf and lock, and runs alongside.
+_CONF_LOCKS: weakref.WeakKeyDictionary[SparkSession, threading.RLock] = weakref.WeakKeyDictionary()
+_CONF_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Run the block with ``settings`` on the session, then put back what was there.
+
+    Blocks on the same session, in any thread, run one at a time.
+    """
+    with _CONF_LOCKS_GUARD:
+        lock = _CONF_LOCKS.setdefault(spark, threading.RLock())
+    with lock:
+        previous = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+
+
+def session_commit_metadata(spark: SparkSession, metadata: str) -> AbstractContextManager[None]:
+    """Tag the SQL commands run inside with ``metadata`` (MERGE and DELETE take no option)."""
+    return session_conf(spark, {USER_METADATA_CONF: metadata})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRetry:
+    """How a commit retries Delta write conflicts: exponential backoff with jitter."""
+
+    max_attempts: int = 20
+    initial_backoff_s: float = 0.1
+    max_backoff_s: float = 5.0
+
+
+def retry_on_conflict(
+    command: Callable[[], T],
+    *,
+    retry: CommitRetry,
+    what: str,
+    on_retry: Callable[[int, str], None] | None = None,
+) -> T:
+    """Run an idempotent Delta command, retrying write conflicts with backoff and jitter.
+
+    ``on_retry`` gets the number of the attempt about to start and the conflict. The last
+    conflict is raised once the attempts are used up.
+    """
+    conflicts = conflict_exceptions()
+    backoff = retry.initial_backoff_s
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return command()
+        except conflicts as exc:
+            if attempt == retry.max_attempts:
+                raise
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            log.info("%s conflicted (attempt %d), retrying: %s", what, attempt, error)
+            if on_retry is not None:
+                on_retry(attempt + 1, error)
+            time.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, retry.max_backoff_s)
+    raise AssertionError("unreachable")
+
+
+def conflict_exceptions() -> tuple[type[BaseException], ...]:
+    """The Delta exceptions that mean "a concurrent commit got in the way; try again"."""
+    import delta.exceptions.captured  # noqa: F401  (makes PySpark raise the classes below)
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    return (
+        ConcurrentAppendException,
+        ConcurrentDeleteReadException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
