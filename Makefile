@@ -17,7 +17,7 @@ setup: $(STAMP)
 # Fetch the Delta jars once, before parallel test workers and job processes share the cache.
 IVY_STAMP := $(LAKESINK_IVY_DIR)/.lakesink-warm
 $(IVY_STAMP): $(STAMP)
-	$(BIN)/python -c "from lakesink.session import spark_session; spark_session(master='local[1]').stop()"
+	$(BIN)/python -c "from lakesink.delta.session import spark_session; spark_session(master='local[1]').stop()"
 	touch $@
 
 $(STAMP): pyproject.toml
@@ -73,10 +73,10 @@ CLUSTER_DIR := $(CURDIR)/.cache/cluster
 CLUSTER_PORT ?= 7077
 
 cluster-up: $(STAMP)
-	$(BIN)/python -m lakesink.cluster start --dir $(CLUSTER_DIR) --port $(CLUSTER_PORT)
+	$(BIN)/python -m lakesink.testing.cluster start --dir $(CLUSTER_DIR) --port $(CLUSTER_PORT)
 
 cluster-down: $(STAMP)
-	$(BIN)/python -m lakesink.cluster stop --dir $(CLUSTER_DIR)
+	$(BIN)/python -m lakesink.testing.cluster stop --dir $(CLUSTER_DIR)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

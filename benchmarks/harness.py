@@ -27,9 +27,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakesink.delta_sink import DeltaSink
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.sql import delta_path
 from lakesink.errors import LakesinkError
-from lakesink.sql import delta_path
 
 __all__ = [
     "BenchmarkError",

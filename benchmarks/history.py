@@ -5,7 +5,7 @@ rows, appended to the twin) at a time. At each history point (1, 10, 100 committ
 checkpoints in the full run):
 
 - vacuum: a second writer of the sink writes one checkpoint and closes without
-  checkpointing, which aborts it; ``lakesink.vacuum.vacuum`` (zero retention, so the files
+  checkpointing, which aborts it; ``lakesink.ops.vacuum.vacuum`` (zero retention, so the files
   go too) removes it. A vacuum run beforehand, untimed, clears what earlier commits left,
   so each timed run garbage-collects exactly one aborted checkpoint.
 - commit: one small checkpoint is written and pre-committed (untimed), then committed;
@@ -35,7 +35,7 @@ from benchmarks.harness import (
     timed,
 )
 from benchmarks.report import Column, Section
-from lakesink.vacuum import VacuumReport, vacuum
+from lakesink.ops.vacuum import VacuumReport, vacuum
 
 __all__ = ["HistoryPoint", "commit_history_section", "measure", "vacuum_section"]
 

@@ -40,8 +40,8 @@ from benchmarks.harness import (
     plain_append,
 )
 from benchmarks.report import Section, render_text, write_json, write_png
+from lakesink.delta.session import spark_session
 from lakesink.errors import ConfigurationError
-from lakesink.session import spark_session
 
 __all__ = ["FULL", "QUICK", "Suite", "main", "run"]
 

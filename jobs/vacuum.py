@@ -2,7 +2,7 @@
 
 import sys
 
-from lakesink.vacuum_job import main
+from lakesink.cli.vacuum import main
 
 if __name__ == "__main__":
     sys.exit(main())

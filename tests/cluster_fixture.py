@@ -1,9 +1,9 @@
 """The local Spark standalone cluster for the cluster, fault and soak tests, and their tools.
 
 The session-scoped ``spark_cluster`` fixture runs exactly what the README's "Running on a
-cluster" section tells people to run: ``python -m lakesink.cluster start`` (what
-``make cluster-up`` runs), jobs through ``lakesink.cluster.submit_command`` (the README's
-``spark-submit`` line), and ``python -m lakesink.cluster stop`` at the end.
+cluster" section tells people to run: ``python -m lakesink.testing.cluster start`` (what
+``make cluster-up`` runs), jobs through ``lakesink.testing.cluster.submit_command`` (the README's
+``spark-submit`` line), and ``python -m lakesink.testing.cluster stop`` at the end.
 
 ``SubmittedJob`` watches a running job from outside, as an operator would: the driver's
 REST API (which stages run, on which executors), the step markers the job drops
@@ -29,7 +29,13 @@ from typing import Any
 
 import pytest
 
-from lakesink.cluster import LocalCluster, executor_pids, free_port, load_cluster, submit_command
+from lakesink.testing.cluster import (
+    LocalCluster,
+    executor_pids,
+    free_port,
+    load_cluster,
+    submit_command,
+)
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 
@@ -50,7 +56,7 @@ SMALL_CLUSTER_CONF = {
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A master and two 1-core workers, each its own JVM, for the whole test session."""
     directory = tmp_path_factory.mktemp("cluster")
-    command = [sys.executable, "-m", "lakesink.cluster"]
+    command = [sys.executable, "-m", "lakesink.testing.cluster"]
     started = subprocess.run(
         [*command, "start", "--dir", str(directory), "--port", str(free_port())],
         capture_output=True,

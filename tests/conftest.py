@@ -1,10 +1,16 @@
-"""One Spark session for the whole test run; tests that use it are marked ``spark``."""
+"""One Spark session for the whole test run; tests that use it are marked ``spark``.
+
+``tests/core/`` holds the engine-free core's tests: where pyspark is not installed, they
+are the only ones collected (``pip install --no-deps -e . pytest && pytest -m "not spark"``).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 from packaging.version import Version
@@ -32,7 +38,7 @@ TEST_SPARK_CONF = {
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from lakesink.session import spark_session
+    from lakesink.delta.session import spark_session
 
     warehouse = tmp_path_factory.mktemp("warehouse")
     session = spark_session(
@@ -43,6 +49,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+CORE_TESTS = Path(__file__).resolve().parent / "core"
+HAVE_PYSPARK = importlib.util.find_spec("pyspark") is not None
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """Without pyspark, leave out every test module but the core's (they import it)."""
+    if HAVE_PYSPARK or collection_path.is_dir() or collection_path.suffix != ".py":
+        return None
+    return CORE_TESTS not in collection_path.resolve().parents
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -31,7 +31,12 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from lakesink.audit import (
+from lakesink.core import TxnState
+from lakesink.delta.format import TXN_ID, VISIBLE
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.validation import ValidationGate
+from lakesink.errors import CommitError, TableNotFoundError
+from lakesink.ops.audit import (
     AuditFailedError,
     AuditReport,
     Phase,
@@ -42,11 +47,7 @@ from lakesink.audit import (
     snapshot,
     to_frame,
 )
-from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
-from lakesink.errors import CommitError, TableNotFoundError
-from lakesink.journal import TxnState
-from lakesink.vacuum import vacuum
-from lakesink.validation import ValidationGate
+from lakesink.ops.vacuum import vacuum
 
 # One xdist worker runs the module and the story is session-scoped, so it is written once:
 # xdist may interleave other modules' tests on that worker, which ends a module scope.
@@ -115,13 +116,14 @@ def build_audited_table(spark, path: Path) -> Story:
 
     crash_after_flip: set[str] = set()
 
-    def hook(step: str, txn) -> None:
+    def hook(step: str, checkpoint_id: int) -> None:
+        txn_id = story.txn[checkpoint_id]  # the story's checkpoint ids are one writer's each
         if step == "after_flip":
-            story.commit_version[txn.txn_id] = latest_version(spark, path)
-            if txn.txn_id in crash_after_flip:
-                raise Crash(f"after the MERGE of checkpoint {txn.checkpoint_id}")
+            story.commit_version[txn_id] = latest_version(spark, path)
+            if txn_id in crash_after_flip:
+                raise Crash(f"after the MERGE of checkpoint {checkpoint_id}")
         elif step == "after_append":
-            story.append_version.setdefault(txn.txn_id, []).append(latest_version(spark, path))
+            story.append_version.setdefault(txn_id, []).append(latest_version(spark, path))
 
     def open_sink(writer: str, policy: str | None = None) -> DeltaSink:
         gate = ValidationGate.from_file(suite, policy=policy) if policy else None
@@ -138,8 +140,8 @@ def build_audited_table(spark, path: Path) -> Story:
 
     def write(sink: DeltaSink, rows: list[tuple], at: float) -> None:
         clock.at(at)
-        sink.write(spark.createDataFrame(rows, SCHEMA))
         story.txn[sink.current_checkpoint_id] = sink.state.current.handle.txn_id
+        sink.write(spark.createDataFrame(rows, SCHEMA))
 
     def checkpoint(sink: DeltaSink, at: float) -> int:
         clock.at(at)
@@ -413,5 +415,5 @@ def test_a_table_lakesink_did_not_write_is_refused(spark, tmp_path):
     plain = tmp_path / "plain"
     spark.createDataFrame([(1,)], "x INT").write.format("delta").save(str(plain))
 
-    with pytest.raises(TableNotFoundError, match="not written by lakesink"):
+    with pytest.raises(TableNotFoundError, match="is not a lakesink table"):
         snapshot(spark, str(plain))

@@ -36,11 +36,12 @@ from cluster_fixture import (
 from test_ingest_crash import generate
 
 from lakesink import committed
-from lakesink.cluster import LocalCluster, submit_command
-from lakesink.coordinator import CheckpointStore
-from lakesink.delta_sink import TXN_ID, VISIBLE
-from lakesink.journal import Journal, TxnState
-from lakesink.session import delta_maven_coordinate
+from lakesink.core import TxnState
+from lakesink.delta.checkpoints import DeltaCheckpointStore
+from lakesink.delta.format import TXN_ID, VISIBLE
+from lakesink.delta.journal import Journal
+from lakesink.delta.session import delta_maven_coordinate
+from lakesink.testing.cluster import LocalCluster, submit_command
 
 ORDERS, FILES = 30_000, 6  # three checkpoints of two files, 10,000 orders each
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -120,8 +121,8 @@ def test_readme_runs_the_cluster_the_way_the_tests_do():
     section = text.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
     block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
     lines = block.replace("\\\n", " ").splitlines()
-    assert any("python -m lakesink.cluster start --dir" in line for line in lines)
-    assert any("python -m lakesink.cluster stop --dir" in line for line in lines)
+    assert any("python -m lakesink.testing.cluster start --dir" in line for line in lines)
+    assert any("python -m lakesink.testing.cluster stop --dir" in line for line in lines)
     (submit,) = [line for line in lines if "spark-submit" in line]
     words = shlex.split(submit.split("#", 1)[0].replace('"$(.venv/bin/lakesink jars)"', "JARS"))
     master = words[words.index("--master") + 1]
@@ -182,7 +183,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         raise
     finally:
         spark_cluster.revive()
-    (last,) = CheckpointStore(spark, str(work / "state")).history("ingest", latest_only=True)
+    last = DeltaCheckpointStore(spark, str(work / "state")).latest("ingest")
     journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
     states = {
         sink: t.state

@@ -11,26 +11,21 @@ from pathlib import Path
 import pytest
 
 from lakesink import committed
-from lakesink.delta_sink import (
-    CHECKPOINT_ID,
-    SINGLE_PARTITION_WRITES,
-    TXN_ID,
-    USER_METADATA_CONF,
-    VISIBLE,
-    DeltaSink,
-    session_conf,
-)
+from lakesink.core import TransactionTimeout, TxnState
+from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.spark import SINGLE_PARTITION_WRITES, USER_METADATA_CONF, session_conf
 from lakesink.errors import (
     AlreadyRunningError,
     CheckpointOrderError,
     CommitError,
     ConfigurationError,
+    FormatVersionError,
     ReservedColumnError,
     SchemaMismatchError,
     TableNotFoundError,
     UnknownCheckpointError,
 )
-from lakesink.journal import TxnState
 
 SCHEMA = "order_id BIGINT, item STRING"
 
@@ -136,10 +131,11 @@ def test_fail_before_notify_then_restore_commits_once(spark, table):
 def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
     clock = SettableClock()
     options = dict(
-        clock=clock, transaction_timeout_ms=60_000, ignore_failures_after_transaction_timeout=True
+        clock=clock,
+        timeout=TransactionTimeout(timeout_ms=60_000, ignore_failures_after_timeout=True),
     )
 
-    def fail_flip(step, txn):
+    def fail_flip(step, checkpoint_id):
         if step == "before_flip":
             raise RuntimeError("MERGE unavailable")
 
@@ -176,8 +172,8 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
 def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
     spark, table, crash_at, precommitted
 ):
-    def crash(step, txn):
-        if step == crash_at and txn.checkpoint_id == 2:
+    def crash(step, checkpoint_id):
+        if step == crash_at and checkpoint_id == 2:
             raise Crash(step)
 
     sink = open_sink(spark, table, step_hook=crash)
@@ -212,7 +208,7 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
 def test_a_retried_append_is_skipped_by_delta(spark, table):
     failures = []
 
-    def lose_the_reply(step, txn):
+    def lose_the_reply(step, checkpoint_id):
         if step == "after_append" and not failures:
             failures.append(step)
             raise OSError("connection reset after the commit")
@@ -230,23 +226,60 @@ def test_a_retried_append_is_skipped_by_delta(spark, table):
     sink.close()
 
 
-def test_each_append_carries_a_growing_txn_version(spark, table):
+def txn_actions(table) -> list[tuple[str, int]]:
+    """The (appId, version) of every append, in commit order, from the Delta log."""
+    found = []
+    for log_file in sorted((table / "_delta_log").glob("*.json")):
+        for line in log_file.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                found.append((action["txn"]["appId"], action["txn"]["version"]))
+    return found
+
+
+def test_each_append_carries_its_transactions_app_id_and_a_growing_version(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
     sink.write(rows(spark, [2]))
     sink.checkpoint()
     sink.write(rows(spark, [3]))
-    versions = []
-    for log_file in sorted((table / "_delta_log").glob("*.json")):
-        for line in log_file.read_text().splitlines():
-            action = json.loads(line)
-            if "txn" in action:
-                versions.append((action["txn"]["appId"], action["txn"]["version"]))
-    app_ids = {app for app, _ in versions}
-    assert app_ids == {f"lakesink:{sink.sink_id}:0"}
-    numbers = [v for _, v in versions]
-    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+
+    txn_ids = {s.checkpoint_id: s.txn_id for s in sink.journal.transactions(sink.sink_id)}
+    assert txn_actions(table) == [
+        (f"lakesink:orders:0:{txn_ids[1]}", 1),
+        (f"lakesink:orders:0:{txn_ids[1]}", 2),
+        (f"lakesink:orders:0:{txn_ids[2]}", 1),
+    ]
     sink.close()
+
+
+def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark, table):
+    """A driver replays checkpoint 2 after a crash (as Spark replays a micro-batch): its
+    appends are new ones, never skipped as repeats of the aborted attempt's, and the commit
+    publishes the replay alone (delta-io/connectors#467 lost data with per-checkpoint
+    versions)."""
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1]))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    completed = sink.state  # what a driver records for checkpoint 1
+    sink.write(rows(spark, [20, 21]))  # checkpoint 2, first attempt: pre-committed, then lost
+    sink.checkpoint()
+    sink.release()  # the process dies
+
+    replay = DeltaSink(spark, str(table), view_name="v_replay")
+    replay.initialize_state(completed)  # the driver's next checkpoint is 2 again
+    assert replay.current_checkpoint_id == 2
+    replay.write(rows(spark, [20, 21, 22]))
+    replay.notify_checkpoint_complete(replay.checkpoint())
+
+    assert Counter(visible_ids(spark, table)) == Counter([1, 20, 21, 22])
+    attempts = {
+        s.txn_id: s.state for s in replay.journal.transactions("orders") if s.checkpoint_id == 2
+    }
+    assert sorted(attempts.values()) == [TxnState.ABORTED, TxnState.COMMITTED]
+    appended = [(app, version) for app, version in txn_actions(table) if version == 1]
+    assert len({app for app, _ in appended}) == 3  # checkpoint 1, 2 and 2 again: all written
+    replay.close()
 
 
 def test_two_writers_into_one_checkpoint(spark, table):
@@ -573,3 +606,17 @@ def test_a_second_live_process_as_the_same_writer_is_refused(spark, table, runni
     assert lock.read_text() == f"{socket.gethostname()} {os.getpid()}"
     reopened.close()
     assert not lock.exists()
+
+
+def test_a_table_of_a_newer_lakesink_format_is_refused_and_left_alone(spark, table, running):
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('lakesink.formatVersion' = '9')")
+    before = snapshot_of(spark, table, running.journal.path)
+    with pytest.raises(FormatVersionError, match=r"format 9, newer than the 1 .*upgrade"):
+        open_sink(spark, table)
+    assert snapshot_of(spark, table, running.journal.path) == before
+
+
+def test_an_unknown_option_is_refused_by_name(spark, table):
+    with pytest.raises(ConfigurationError, match=r"unknown sink option\(s\) valdation"):
+        DeltaSink(spark, str(table), schema=SCHEMA, valdation=None)
+    assert not table.exists()

@@ -14,16 +14,17 @@ in SQL text unless spelled as an escape.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
+from jobs.ingest import RAW_SCHEMA
 from lakesink import committed
-from lakesink.delta_sink import DeltaSink
-from lakesink.errors import ConfigurationError
-from lakesink.file_source import LandingFolder
-from lakesink.ingest import RAW_SCHEMA
-from lakesink.journal import Journal, TxnState
-from lakesink.sql import (
+from lakesink.core import Batch, TxnState
+from lakesink.delta.journal import Journal
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.sql import (
     check_column_names,
     check_file_name_part,
     check_path,
@@ -31,8 +32,10 @@ from lakesink.sql import (
     quote_name,
     string_literal,
 )
-from lakesink.status import sink_status
-from lakesink.vacuum import vacuum
+from lakesink.errors import ConfigurationError
+from lakesink.ops.status import sink_status
+from lakesink.ops.vacuum import vacuum
+from lakesink.sources.landing import LandingFolder
 
 INJECTIONS = [
     "it's",
@@ -182,6 +185,6 @@ def test_a_landing_file_with_glob_characters_is_read_exactly(spark, tmp_path, na
     schema = spark.createDataFrame([], RAW_SCHEMA).schema
     landing = LandingFolder(spark, str(tmp_path), file_format="json", schema=schema)
 
-    frame, quarantined = landing.read([name])
+    frame, quarantined = landing.read(Batch(items=(name,), position=json.dumps([name])))
 
     assert [r.order_id for r in frame.collect()] == [1] and not quarantined

@@ -9,11 +9,13 @@ How the tests know nothing is lost or duplicated: each run really died by the si
 its point (exit status -9, the crash log line); right after each kill the committed view
 holds whole checkpoints only (a prefix of the order ids, each once, since every
 checkpoint takes the next two files in name order); after the last run every generated
-order is committed exactly once, in both sinks.
+order is committed exactly once, in both sinks. And every tool names the same checkpoint
+ids: the job's records, ``lakesink status`` and both sinks' journals.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +27,8 @@ from pathlib import Path
 import pytest
 
 from lakesink import committed
+from lakesink.core import TxnState
+from lakesink.delta.journal import Journal
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +36,21 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
 ORDERS, FILES = 150, 6  # 25 orders a file, 2 files a checkpoint: 3 checkpoints of 50
 PER_CHECKPOINT = 50
 # The kills, in the order the chain makes them (each run's restart recovers the one before),
-# and how many whole checkpoints the committed view may hold right after each.
+# and how many whole checkpoints the committed view may hold right after each. A checkpoint
+# id is never used twice: input of an attempt that died before its record is read again
+# under the next id.
 CRASH_POINTS = {
     "before_append@2+300": {1},  # during the write of checkpoint 2's rows
-    "after_pre_commit@2": {1},  # between the pre-commits and the record: 2 is redone
-    "after_record@2": {1},  # between the record and the commits
-    # During the commit's MERGE of checkpoint 3, after the restart committed 2; the MERGE
-    # is one Delta commit, so 3 is either all there or not at all.
-    "before_flip@3+200": {2, 3},
+    "after_pre_commit@3": {1},  # between the pre-commits and the record: aborted, redone
+    "after_record@4": {1},  # between the record and the commits
+    # During the commit's MERGE of checkpoint 5, after the restart committed 4; the MERGE
+    # is one Delta commit, so 5 is either all there or not at all.
+    "before_flip@5+200": {2, 3},
 }
+RECORDED = [1, 4, 5]
+# Aborted attempts, by sink: the kill in checkpoint 2 came during the orders' append, before
+# the totals sink wrote anything (so its journal has nothing of 2).
+ABORTED = {"orders": [2, 3], "totals": [3]}
 
 
 def ingest_command(tmp_path: Path, *extra: str) -> list[str]:
@@ -103,6 +113,7 @@ class Kill:
 
 @dataclass(frozen=True)
 class Chain:
+    work: Path
     kills: dict[str, Kill]
     last_run: subprocess.CompletedProcess[str]
     committed_ids: Counter[int]
@@ -126,6 +137,7 @@ def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     last_run = ingest(tmp_path)
     totals = committed(spark, str(tmp_path / "totals")).groupBy().sum("orders").first()[0]
     return Chain(
+        work=tmp_path,
         kills=kills,
         last_run=last_run,
         committed_ids=committed_ids(spark, tmp_path),
@@ -155,3 +167,27 @@ def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point
     assert set(chain.committed_ids) == set(range(1, ORDERS + 1)), "an order was lost"
     assert max(chain.committed_ids.values()) == 1, "an order was committed twice"
     assert chain.committed_totals == ORDERS  # the second sink of the same checkpoints
+
+
+@pytest.mark.xdist_group("ingest_crash")
+def test_the_records_the_status_and_the_journals_name_the_same_checkpoint_ids(
+    spark, chain: Chain, capsys
+) -> None:
+    from lakesink.cli import main
+
+    assert main(["checkpoints", "--state", str(chain.work / "state"), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["checkpoint_id"] for r in records] == RECORDED
+    assert [len(r["items"]) for r in records] == [2, 2, 2]
+
+    for sink in ("orders", "totals"):
+        assert main(["status", str(chain.work / sink), "--json"]) == 0
+        (status,) = json.loads(capsys.readouterr().out)["sinks"]
+        assert status["last_committed_checkpoint"] == RECORDED[-1]
+        assert status["pending"] == [] and status["held"] == []
+        assert sorted({t["checkpoint_id"] for t in status["aborted"]}) == ABORTED[sink]
+        journal = Journal(spark, str(chain.work / "_lakesink_journal"), create=False)
+        committed_ids = [
+            t.checkpoint_id for t in journal.transactions(sink) if t.state is TxnState.COMMITTED
+        ]
+        assert committed_ids == RECORDED

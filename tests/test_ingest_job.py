@@ -55,10 +55,10 @@ def test_bad_files_are_quarantined_and_a_failing_checkpoint_is_held(spark, tmp_p
     assert held["checkpoint_id"] == 2 and held["rows"] == 2
     assert "amount" in held["validation"]
     (quarantined,) = status["job"]["quarantined"]
-    assert quarantined["file"] == "z-broken.json" and "does not parse" in quarantined["reason"]
+    assert quarantined["item"] == "z-broken.json" and "does not parse" in quarantined["reason"]
     assert main(["status", table, "--state", state]) == 0
     human = capsys.readouterr().out
-    assert "held: 1" in human and "quarantined files: 1" in human and "z-broken.json" in human
+    assert "held: 1" in human and "quarantined input: 1" in human and "z-broken.json" in human
 
     totals = str(tmp_path / "totals")
     assert main(["status", totals, "--json"]) == 0  # held with the orders it sums

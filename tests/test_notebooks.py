@@ -22,9 +22,10 @@ from nbclient.exceptions import CellExecutionError
 from test_audit import CHECK_NAMES, SCHEMA, SUITE
 
 from lakesink import committed
-from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
-from lakesink.journal import Journal, default_journal_path
-from lakesink.validation import ValidationGate
+from lakesink.delta.format import TXN_ID, VISIBLE
+from lakesink.delta.journal import Journal, default_journal_path
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.validation import ValidationGate
 
 # One xdist worker runs the module, so its table is written once, not per worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]

@@ -33,14 +33,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from test_ingest_crash import generate
 
+from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
-from lakesink.cluster import LocalCluster
-from lakesink.coordinator import CheckpointStore
-from lakesink.delta_sink import TXN_ID, DeltaSink
-from lakesink.ingest import ORDERS_SCHEMA
-from lakesink.journal import Journal, TransactionStatus, TxnState
-from lakesink.readers import COMMITTED_FILTER
-from lakesink.vacuum import vacuum
+from lakesink.core import TxnState
+from lakesink.delta.checkpoints import DeltaCheckpointStore
+from lakesink.delta.format import COMMITTED_FILTER, TXN_ID
+from lakesink.delta.journal import Journal, TransactionStatus
+from lakesink.delta.sink import DeltaSink
+from lakesink.ops.vacuum import vacuum
+from lakesink.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -326,7 +327,7 @@ def _figures(spark: SparkSession, soak: Soak, tmp_path: Path, elapsed: float) ->
     )
     retried = events.where("state = 'committing' AND attempt > 1").count()
     checkpoints = {
-        job: len(CheckpointStore(spark, str(tmp_path / job / "state")).history(f"soak-{job}"))
+        job: len(DeltaCheckpointStore(spark, str(tmp_path / job / "state")).history(f"soak-{job}"))
         for job in JOBS
     }
     rows = {sink: committed(spark, path).count() for sink, path in soak.tables.items()}
@@ -358,7 +359,7 @@ class _ConflictCounter(logging.Handler):
 @contextmanager
 def _counting_conflicts() -> Iterator[_ConflictCounter]:
     counter = _ConflictCounter()
-    logger = logging.getLogger("lakesink.delta_sink")  # where retry_on_conflict logs
+    logger = logging.getLogger("lakesink.delta.spark")  # where retry_on_conflict logs
     level = logger.level
     logger.addHandler(counter)
     logger.setLevel(logging.INFO)

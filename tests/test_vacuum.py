@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from lakesink import committed
-from lakesink.delta_sink import TXN_ID, VISIBLE, DeltaSink
+from lakesink.core import TxnState
+from lakesink.delta.format import TXN_ID, VISIBLE
+from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
+from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
-from lakesink.journal import Journal, JournalEntry, TxnState, default_journal_path
-from lakesink.vacuum import RETENTION_CHECK_CONF, vacuum
+from lakesink.ops.vacuum import RETENTION_CHECK_CONF, vacuum
 
 SCHEMA = "order_id BIGINT, item STRING"
 HOUR_MS = 3_600_000

@@ -19,9 +19,9 @@ from great_expectations.expectations.row_conditions import Column
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
+from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
+from lakesink.delta.validation import FailedExpectation, ValidationGate, ValidationReport
 from lakesink.errors import ValidationSuiteError
-from lakesink.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
-from lakesink.validation import FailedExpectation, ValidationGate, ValidationReport
 
 SUITES = Path(__file__).resolve().parent / "data" / "suites"
 ORDERS_SUITE = SUITES / "orders_quality.json"

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
-from lakesink.coordinator import CheckpointCoordinator
-from lakesink.delta_sink import DeltaSink
+from lakesink.core import CheckpointCoordinator, TxnState
+from lakesink.delta.checkpoints import DeltaCheckpointStore
+from lakesink.delta.sink import DeltaSink
+from lakesink.delta.validation import ValidationGate
 from lakesink.errors import ValidationSuiteError
-from lakesink.ingest import ORDERS_SCHEMA
-from lakesink.journal import TxnState
-from lakesink.manual import resolve_checkpoint, revalidate_checkpoint
-from lakesink.status import sink_status
-from lakesink.validation import ValidationGate
+from lakesink.ops.resolve import resolve_checkpoint, revalidate_checkpoint
+from lakesink.ops.status import sink_status
 
 SUITES = Path(__file__).parent / "data" / "suites"
 QUALITY = SUITES / "orders_quality.json"
@@ -111,7 +111,7 @@ def test_quarantine_policy_holds_a_bad_batch_until_an_operator_commits_it(spark,
     resolve_checkpoint(spark, str(table), 2, "commit")
 
     assert Counter(visible_ids(spark, table)) == Counter([1, 2, 3, 4, 5])
-    assert states(DeltaSink(spark, str(table)))[2] is TxnState.COMMITTED
+    assert states(reopened)[2] is TxnState.COMMITTED
 
 
 def test_warn_policy_commits_a_bad_batch_and_records_the_failure(spark, table):
@@ -175,21 +175,22 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
         if step == "after_pre_commit" and checkpoint_id == 1:
             raise Crash(step)
 
+    store = DeltaCheckpointStore(spark, state)
+    sink = DeltaSink(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine"))
+    coordinator = CheckpointCoordinator(store, job_id="j", sinks={"orders": sink}, step_hook=crash)
+    sink.write(orders(spark, [1], amount=-1.0))
     with pytest.raises(Crash):
-        coordinator = CheckpointCoordinator(spark, job_id="j", state_dir=state, step_hook=crash)
-        sink = coordinator.open_sink(
-            str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine")
-        )
-        sink.write(orders(spark, [1], amount=-1.0))
         coordinator.checkpoint(coordinator.position)
-    coordinator._lock.release()  # the process "dies"; a real restart finds its lock stale
+    assert states(sink) == {1: TxnState.HELD}
+    store.job_lock("j").release()  # the process "dies"; a real restart finds its lock stale
     sink.release()
 
-    with CheckpointCoordinator(spark, job_id="j", state_dir=state) as restarted:
-        reopened = restarted.open_sink(str(table), validation=gate("quarantine"))
+    reopened = DeltaSink(spark, str(table), validation=gate("quarantine"))
+    with CheckpointCoordinator(store, job_id="j", sinks={"orders": reopened}) as restarted:
         # Its input is replayed from the last completed checkpoint (none), so committing
         # the held rows later would duplicate them: recovery aborts them instead.
         assert states(reopened) == {1: TxnState.ABORTED}
+        assert restarted.next_checkpoint_id == 2  # and its id is not used again
 
 
 def test_lakesink_validate_reruns_a_suite_and_journals_it(spark, table, capsys):
@@ -203,7 +204,7 @@ def test_lakesink_validate_reruns_a_suite_and_journals_it(spark, table, capsys):
     assert "amount" in capsys.readouterr().out
     ((_, report),) = revalidate_checkpoint(spark, str(table), 2, gate("quarantine"))
     assert not report.success
-    runs = validations(DeltaSink(spark, str(table)), 2)
+    runs = validations(sink, 2)
     assert [r["state"] for r in runs] == ["held", "held", "held"]  # the gate, then 2 re-runs
     assert runs[-1]["detail"] == "validated again by an operator"
     assert main(["validate", str(table), "--checkpoint", "1", "--suite", str(QUALITY)]) == 2
@@ -213,9 +214,11 @@ def test_a_failed_validation_withholds_the_checkpoint_in_every_sink_of_the_job(
     spark, tmp_path, table
 ):
     totals_table = tmp_path / "totals"
-    with CheckpointCoordinator(spark, job_id="j", state_dir=str(tmp_path / "state")) as job:
-        orders_sink = job.open_sink(str(table), schema=ORDERS_SCHEMA, validation=gate("abort"))
-        totals_sink = job.open_sink(str(totals_table), schema="customer STRING, n BIGINT")
+    orders_sink = DeltaSink(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("abort"))
+    totals_sink = DeltaSink(spark, str(totals_table), schema="customer STRING, n BIGINT")
+    sinks = {"orders": orders_sink, "totals": totals_sink}
+    store = DeltaCheckpointStore(spark, str(tmp_path / "state"))
+    with CheckpointCoordinator(store, job_id="j", sinks=sinks) as job:
         orders_sink.write(orders(spark, [1], amount=-1.0))
         totals_sink.write(spark.createDataFrame([("c-1", 1)], "customer STRING, n BIGINT"))
 

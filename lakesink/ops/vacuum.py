@@ -1,28 +1,31 @@
-"""The vacuum job: garbage-collect the rows of aborted and expired pending transactions.
+"""The vacuum: garbage-collect the rows of aborted and expired pending transactions.
 
-Steps, each logged at INFO:
+Plan, then execute (a dry run is the plan alone, reported the same way):
 
-1. Read the journal. Candidates are the sink's aborted transactions and its *open* ones
-   older than ``expire_open_after`` whose writer is gone (open means never pre-committed,
-   and only its live writer could still pre-commit it: a restarted writer aborts its own
-   leftovers). The expired ones are first recorded aborted in the journal.
-2. Keep out every one already vacuumed, every one the journal shows a commit decided for
-   (``committing``/``committed``: something is inconsistent, leave it to a human), and
-   every expired one that was pre-committed after the journal was read (its writer lives
-   on, recovery may commit it; invariant 3). An aborted transaction that had been
-   pre-committed (recovery aborts those whose checkpoint never completed) is removed.
+1. Plan. Read the journal. Candidates are the sink's aborted transactions and its *open*
+   ones older than ``expire_open_after`` whose writer is gone (open means never
+   pre-committed, and only its live writer could still pre-commit it: a restarted writer
+   aborts its own leftovers). Keep out every one already vacuumed and every one the
+   journal shows a commit decided for (``committing``/``committed``: something is
+   inconsistent, leave it to a human). An aborted transaction that had been pre-committed
+   (recovery aborts those whose checkpoint never completed) is removed. Count the masked
+   rows of the rest and the files holding them.
+2. Execute: journal the expired ones aborted, then read the journal again and keep out
+   every expired one that was pre-committed in the meantime (its writer lives on, recovery
+   may commit it; invariant 3).
 3. One DELETE of exactly the masked rows of the remaining transactions, pinned to their
    partitions, so concurrent blind appends into other partitions never conflict with it;
    write conflicts are retried with backoff. One journal event per vacuumed transaction.
 4. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
    left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM runs for real.
 
-Nothing in here ever touches a visible row: the DELETE itself says ``AND NOT
-_lakesink_visible``, whatever the journal said.
+Each step is logged at INFO. Nothing in here ever touches a visible row: the DELETE itself
+says ``AND NOT _lakesink_visible``, whatever the journal said.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -30,33 +33,30 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 
-from lakesink.delta_sink import (
-    CHECKPOINT_ID,
-    JOURNAL_PROPERTY,
-    SINK_ID_PROPERTY,
-    TXN_ID,
-    VISIBLE,
-    CommitRetry,
-    commit_metadata,
-    retry_on_conflict,
-    session_commit_metadata,
-    writer_lock,
-)
-from lakesink.errors import ConfigurationError, TableNotFoundError
-from lakesink.journal import Journal, JournalEntry, TransactionStatus, TxnState
-from lakesink.protocol import Clock, SystemClock
-from lakesink.sql import delta_path, string_literal
+from lakesink.core import Clock, SystemClock, TxnState
+from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, commit_metadata, read_sink_table
+from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
+from lakesink.delta.sink import writer_lock
+from lakesink.delta.spark import CommitRetry, retry_on_conflict, session_commit_metadata
+from lakesink.delta.sql import delta_path, string_literal
+from lakesink.errors import ConfigurationError
 
-__all__ = ["VACUUMED_PREFIX", "VacuumReport", "VacuumedTransaction", "vacuum"]
+__all__ = [
+    "VacuumPlan",
+    "VacuumReport",
+    "VacuumedTransaction",
+    "execute_vacuum",
+    "plan_vacuum",
+    "vacuum",
+]
 
 log = logging.getLogger(__name__)
 
-# The journal detail that marks a transaction's rows as removed ("vacuumed: 3 rows removed").
-VACUUMED_PREFIX = "vacuumed:"
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default for delta.deletedFileRetentionDuration
@@ -69,7 +69,7 @@ _HOURS_PER_UNIT = {
     "millisecond": 1 / 3_600_000,
     "microsecond": 1 / 3_600_000_000,
 }
-_DECIDED = frozenset({TxnState.COMMITTING.value, TxnState.COMMITTED.value})
+_DECIDED = frozenset({TxnState.COMMITTING, TxnState.COMMITTED})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +81,40 @@ class VacuumedTransaction:
     writer_id: str
     rows: int
     expired: bool  # an open transaction past the expiry, aborted by this run
+
+
+@dataclass(frozen=True, kw_only=True)
+class VacuumPlan:
+    """What a vacuum run would do, computed without changing anything.
+
+    Attributes:
+        table_path: The table to vacuum.
+        sink_id: The sink whose journal decided what to remove.
+        journal_path: That journal.
+        retain_hours: The Delta VACUUM retention to use.
+        short_retention: The retention is below the table's own (allowed explicitly).
+        now: The moment the plan was made (for the expiry and the journal's event times).
+        expired: Open transactions past the expiry whose writer is gone: to be aborted.
+        targets: The transactions whose masked rows go (aborted ones and ``expired``).
+        rows: Masked rows per target transaction id.
+        files: The data files holding them (decoded paths).
+        skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
+            them, or (expired ones) their writer still runs.
+        already_vacuumed: Aborted transactions whose rows an earlier run removed.
+    """
+
+    table_path: str
+    sink_id: str
+    journal_path: str
+    retain_hours: float
+    short_retention: bool
+    now: datetime
+    expired: tuple[TransactionStatus, ...]
+    targets: tuple[TransactionStatus, ...]
+    rows: dict[str, int]
+    files: frozenset[str]
+    skipped_txn_ids: tuple[str, ...]
+    already_vacuumed: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +133,7 @@ class VacuumReport:
         bytes_removed: Their total size.
         skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
             them, or (expired ones) their writer still runs or pre-committed them after
-            this run read the journal.
+            the plan read the journal.
     """
 
     table_path: str
@@ -128,6 +162,39 @@ class VacuumReport:
 
 
 def vacuum(
+    spark: SparkSession, table_path: str, *, dry_run: bool = False, **options: Any
+) -> VacuumReport:
+    """Remove the rows of aborted and expired open transactions, then their files.
+
+    ``plan_vacuum`` then (unless ``dry_run``) ``execute_vacuum``; a dry run reports what
+    the plan would remove and changes nothing (no journal event, no delete, no VACUUM).
+    Committed, pre-committed and deciding (``committing``) transactions are never touched,
+    whatever their age. Safe to run while writers append and commit: the DELETE only reads
+    and removes files of the aborted transactions' own partitions.
+
+    Delta's VACUUM lists the table's folders in
+    ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` tasks (10000 by default);
+    on a single machine set it near the core count, or each VACUUM takes minutes.
+
+    Args:
+        spark: A Delta-ready session.
+        table_path: The lakesink table's folder.
+        dry_run: Report what would be removed, change nothing.
+        **options: ``plan_vacuum``'s keyword options.
+
+    Raises: as for ``plan_vacuum``.
+    """
+    plan = plan_vacuum(spark, table_path, **options)
+    if not dry_run:
+        return execute_vacuum(spark, plan)
+    # With a zero retention, the files the DELETE would remove go in the same VACUUM; the
+    # listing cannot know them without the delete, so the plan's are added.
+    pending = plan.files if plan.retain_hours == 0 else frozenset()
+    files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
+    return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
+
+
+def plan_vacuum(
     spark: SparkSession,
     table_path: str,
     *,
@@ -136,18 +203,9 @@ def vacuum(
     expire_open_after: timedelta = timedelta(hours=24),
     retain_hours: float | None = None,
     allow_short_retention: bool = False,
-    dry_run: bool = False,
     clock: Clock | None = None,
-) -> VacuumReport:
-    """Remove the rows of aborted and expired open transactions, then their files.
-
-    Committed, pre-committed and deciding (``committing``) transactions are never touched,
-    whatever their age. Safe to run while writers append and commit: the DELETE only reads
-    and removes files of the aborted transactions' own partitions.
-
-    Delta's VACUUM lists the table's folders in
-    ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` tasks (10000 by default);
-    on a single machine set it near the core count, or each VACUUM takes minutes.
+) -> VacuumPlan:
+    """What a vacuum of the lakesink table at ``table_path`` would remove; changes nothing.
 
     Args:
         spark: A Delta-ready session.
@@ -162,12 +220,7 @@ def vacuum(
             ``delta.deletedFileRetentionDuration`` (168 h unless set).
         allow_short_retention: Permit a retention below that. A short retention can
             delete the files of a write in flight: use it only when nothing writes.
-        dry_run: Compute the same report but change nothing (no journal event, no delete,
-            no VACUUM).
         clock: Where "now" comes from (for the expiry and the journal's event times).
-
-    Returns:
-        What was (or would be) removed.
 
     Raises:
         TableNotFoundError: No lakesink table at ``table_path``, or no journal where the
@@ -177,11 +230,11 @@ def vacuum(
             that is not the table's.
     """
     path = str(Path(table_path).resolve())
-    properties = _lakesink_properties(spark, path)
-    sink_id = _matching(sink_id, properties[SINK_ID_PROPERTY], "sink id", path)
+    table = read_sink_table(spark, path)
+    sink_id = _matching(sink_id, table.sink_id, "sink id", path)
     given_journal = str(Path(journal_path).resolve()) if journal_path else None
-    journal_at = _matching(given_journal, properties.get(JOURNAL_PROPERTY), "journal", path)
-    hours, short = _retention(properties, retain_hours, allow_short_retention, path)
+    journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
+    hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
     if expire_open_after <= timedelta(0):
         raise ConfigurationError(
             f"expire_open_after must be positive, got {expire_open_after}; an open "
@@ -189,9 +242,8 @@ def vacuum(
         )
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
-    prefix = f"vacuum {path}{' (dry run)' if dry_run else ''}"
+    prefix = f"vacuum {path}"
 
-    # 1. Candidates, from the journal's folded states.
     statuses = journal.transactions(sink_id)
     aborted = [s for s in statuses if s.state is TxnState.ABORTED]
     expired, live = [], []
@@ -219,48 +271,50 @@ def vacuum(
         len(expired),
         expire_open_after,
     )
-    if expired and not dry_run:
-        log.info("%s: marking %d expired open transaction(s) aborted", prefix, len(expired))
+    targets, skipped, already = _sorted_out(
+        [*aborted, *expired], {s.txn_id for s in expired}, prefix
+    )
+    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
+    counts, files = _scan(spark, path, _predicate(targets)) if targets else ({}, set())
+    return VacuumPlan(
+        table_path=path,
+        sink_id=sink_id,
+        journal_path=journal.path,
+        retain_hours=hours,
+        short_retention=short,
+        now=now,
+        expired=tuple(expired),
+        targets=tuple(targets),
+        rows=counts,
+        files=frozenset(files),
+        skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
+        already_vacuumed=already,
+    )
+
+
+def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
+    """Carry out a plan: expire, delete the masked rows, journal, then VACUUM the files."""
+    journal = Journal(spark, plan.journal_path, create=False)
+    prefix = f"vacuum {plan.table_path}"
+    targets, skipped = list(plan.targets), list(plan.skipped_txn_ids)
+    if plan.expired:
+        log.info("%s: marking %d expired open transaction(s) aborted", prefix, len(plan.expired))
         journal.record(
             *(
-                _entry(s, path, now, f"expired by vacuum after {_age(now - s.opened_at)}")
-                for s in expired
+                _entry(s, plan, f"expired by vacuum after {_age(plan.now - s.opened_at)}")
+                for s in plan.expired
             )
         )
-
-    # 2. Read after the expiry events, so a writer that pre-committed an "expired"
-    # transaction in the meantime is seen here and its rows kept.
-    candidates = [*aborted, *expired]
-    expired_ids = {s.txn_id for s in expired}
-    history = _history(journal, sink_id, [s.txn_id for s in candidates])
-    targets: list[TransactionStatus] = []
-    skipped = [s.txn_id for s in live]
-    already = 0
-    for status in sorted(candidates, key=lambda s: (s.checkpoint_id, s.txn_id)):
-        seen, vacuumed = history.get(status.txn_id, (frozenset(), False))
-        # An expired one was open when read: any later state means its writer lives on.
-        late = {TxnState.PRE_COMMITTED.value} if status.txn_id in expired_ids else set()
-        moved_on = _DECIDED | late
-        if seen & moved_on:
-            log.warning(
-                "%s: transaction %s is aborted, yet the journal also shows it %s; "
-                "its rows are left alone",
-                prefix,
-                status.txn_id,
-                ", ".join(sorted(seen & moved_on)),
-            )
-            skipped.append(status.txn_id)
-        elif vacuumed:
-            already += 1
-        else:
-            targets.append(status)
-    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
-
-    # 3. Rows: count per transaction, then (unless a dry run) delete and journal.
-    predicate = _predicate(targets)
-    counts, files = _scan(spark, path, predicate) if targets else ({}, set())
-    rows = sum(counts.values())
-    if targets and not dry_run:
+        # Read after the expiry events, so a writer that pre-committed an "expired"
+        # transaction in the meantime is seen here and its rows kept.
+        expired_ids = {s.txn_id for s in plan.expired}
+        now_known = {s.txn_id: s for s in journal.transactions(plan.sink_id)}
+        targets, late, _ = _sorted_out(
+            [now_known.get(s.txn_id, s) for s in targets], expired_ids, prefix
+        )
+        skipped.extend(late)
+    rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
+    if targets:
         log.info(
             "%s: deleting %d masked row(s) of %d transaction(s) in checkpoint(s) %s",
             prefix,
@@ -268,46 +322,94 @@ def vacuum(
             len(targets),
             ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
         )
-        metadata = commit_metadata("vacuum", sink_id, txn_ids=sorted(s.txn_id for s in targets))
-        deleted = _delete(spark, path, predicate, metadata, prefix)
+        metadata = commit_metadata(
+            "vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets)
+        )
+        deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
         if deleted != rows:  # someone else removed or added some in between
             log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
         rows = deleted
         journal.record(
             *(
-                _entry(s, path, now, f"{VACUUMED_PREFIX} {counts.get(s.txn_id, 0)} rows removed")
+                _entry(s, plan, f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed")
                 for s in targets
             )
         )
+    files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
+    return _report(
+        dataclasses.replace(plan, skipped_txn_ids=tuple(skipped)),
+        targets,
+        rows,
+        files,
+        size,
+        dry_run=False,
+    )
 
-    # 4. Files. With a zero retention the files the DELETE just removed go in this same
-    # VACUUM; a dry run did not delete them, so it adds them to the listing itself.
-    pending = files if dry_run and hours == 0 else set()
-    file_count, size = _vacuum_files(spark, path, hours, short, dry_run, pending, prefix)
 
+# ------------------------------------------------------------------ internals
+
+
+def _sorted_out(
+    candidates: Sequence[TransactionStatus], expired_ids: set[str], prefix: str
+) -> tuple[list[TransactionStatus], list[str], int]:
+    """The candidates whose rows go, the ids left alone, and how many were vacuumed before."""
+    targets: list[TransactionStatus] = []
+    skipped: list[str] = []
+    already = 0
+    for status in sorted(candidates, key=lambda s: (s.checkpoint_id, s.txn_id)):
+        # An expired one was open when read: any later state means its writer lives on.
+        late = {TxnState.PRE_COMMITTED} if status.txn_id in expired_ids else set()
+        moved_on = status.states & (_DECIDED | late)
+        if moved_on:
+            log.warning(
+                "%s: transaction %s is aborted, yet the journal also shows it %s; "
+                "its rows are left alone",
+                prefix,
+                status.txn_id,
+                ", ".join(sorted(s.value for s in moved_on)),
+            )
+            skipped.append(status.txn_id)
+        elif status.vacuumed:
+            already += 1
+        else:
+            targets.append(status)
+    return targets, skipped, already
+
+
+def _report(
+    plan: VacuumPlan,
+    targets: Sequence[TransactionStatus],
+    rows: int,
+    files: int,
+    size: int,
+    *,
+    dry_run: bool,
+) -> VacuumReport:
+    expired_ids = {s.txn_id for s in plan.expired}
     report = VacuumReport(
-        table_path=path,
-        sink_id=sink_id,
+        table_path=plan.table_path,
+        sink_id=plan.sink_id,
         dry_run=dry_run,
-        retain_hours=hours,
+        retain_hours=plan.retain_hours,
         transactions=tuple(
             VacuumedTransaction(
                 txn_id=s.txn_id,
                 checkpoint_id=s.checkpoint_id,
                 writer_id=s.writer_id,
-                rows=counts.get(s.txn_id, 0),
+                rows=plan.rows.get(s.txn_id, 0),
                 expired=s.txn_id in expired_ids,
             )
             for s in targets
         ),
         rows_removed=rows,
-        files_removed=file_count,
+        files_removed=files,
         bytes_removed=size,
-        skipped_txn_ids=tuple(skipped),
+        skipped_txn_ids=plan.skipped_txn_ids,
     )
     log.info(
-        "%s: %s %d row(s) of %d transaction(s), %d file(s), %d bytes",
-        prefix,
+        "vacuum %s%s: %s %d row(s) of %d transaction(s), %d file(s), %d bytes",
+        plan.table_path,
+        " (dry run)" if dry_run else "",
         "would remove" if dry_run else "removed",
         report.rows_removed,
         len(report.transactions),
@@ -315,26 +417,6 @@ def vacuum(
         report.bytes_removed,
     )
     return report
-
-
-# ------------------------------------------------------------------ internals
-
-
-def _lakesink_properties(spark: SparkSession, path: str) -> dict[str, str]:
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        raise TableNotFoundError(
-            f"no Delta table at {path}: pass the folder of a table written by lakesink"
-        )
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
-    properties = dict((detail["properties"] if detail else None) or {})
-    if SINK_ID_PROPERTY not in properties:
-        raise TableNotFoundError(
-            f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} "
-            "property): the vacuum job only removes rows lakesink masked"
-        )
-    return properties
 
 
 def _matching(given: str | None, recorded: str | None, what: str, path: str) -> str:
@@ -382,30 +464,6 @@ def _interval_hours(interval: str) -> float:
     return sum(n * _HOURS_PER_UNIT[unit] for n, unit in known)
 
 
-def _history(
-    journal: Journal, sink_id: str, txn_ids: Sequence[str]
-) -> dict[str, tuple[frozenset[str], bool]]:
-    """Per transaction: every state it was ever in, and whether it was vacuumed already.
-
-    From the raw events, since the folded state hides both ("aborted" outranks the rest).
-    """
-    if not txn_ids:
-        return {}
-    rows = journal.spark.sql(
-        f"""
-        SELECT txn_id,
-          collect_set(state) AS states,
-          bool_or(state = {string_literal(TxnState.ABORTED.value)}
-                  AND coalesce(detail, '') LIKE {string_literal(VACUUMED_PREFIX + "%")})
-            AS vacuumed
-        FROM {delta_path(journal.path)}
-        WHERE sink_id = {string_literal(sink_id)} AND txn_id IN ({_strings(txn_ids)})
-        GROUP BY txn_id
-        """
-    ).collect()
-    return {r.txn_id: (frozenset(r.states), bool(r.vacuumed)) for r in rows}
-
-
 def _predicate(targets: Sequence[TransactionStatus]) -> str:
     # Both partition columns pinned, so Delta reads (and conflict-checks) only these
     # transactions' files; NOT visible so even a wrong journal cannot cost a committed row.
@@ -444,16 +502,11 @@ def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefi
 
 
 def _vacuum_files(
-    spark: SparkSession,
-    path: str,
-    hours: float,
-    short: bool,
-    dry_run: bool,
-    pending: set[str],
-    prefix: str,
+    spark: SparkSession, plan: VacuumPlan, *, dry_run: bool, pending: frozenset[str]
 ) -> tuple[int, int]:
     """Run VACUUM DRY RUN (and VACUUM unless ``dry_run``); return files and bytes."""
-    statement = f"VACUUM {delta_path(path)} RETAIN {_number(hours)} HOURS"
+    hours, short = plan.retain_hours, plan.short_retention
+    statement = f"VACUUM {delta_path(plan.table_path)} RETAIN {_number(hours)} HOURS"
     previous = spark.conf.get(RETENTION_CHECK_CONF, None)
     if short:  # only for these two commands; restored below whatever happens
         spark.conf.set(RETENTION_CHECK_CONF, "false")
@@ -461,8 +514,8 @@ def _vacuum_files(
         files = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()} | pending
         size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
         log.info(
-            "%s: VACUUM RETAIN %g HOURS: %d file(s), %d bytes%s",
-            prefix,
+            "vacuum %s: VACUUM RETAIN %g HOURS: %d file(s), %d bytes%s",
+            plan.table_path,
             hours,
             len(files),
             size,
@@ -496,16 +549,9 @@ def _file_size(spark: SparkSession, uri: str) -> int:
         return 0
 
 
-def _entry(status: TransactionStatus, path: str, now: datetime, detail: str) -> JournalEntry:
-    return JournalEntry(
-        sink_id=status.sink_id,
-        table_path=path,
-        checkpoint_id=status.checkpoint_id,
-        txn_id=status.txn_id,
-        writer_id=status.writer_id,
-        state=TxnState.ABORTED,
-        event_time=now,
-        detail=detail,
+def _entry(status: TransactionStatus, plan: VacuumPlan, detail: str) -> JournalEntry:
+    return status.event(
+        table_path=plan.table_path, state=TxnState.ABORTED, event_time=plan.now, detail=detail
     )
 
 

@@ -11,13 +11,10 @@
   job wait at each of those steps until the file ``DIR/STEP@CHECKPOINT.go`` exists (at
   most ten minutes), so a test can get ready (freeze the executors, say) before it goes on.
 
-Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``after_flip``
-(and any other) from ``DeltaSink``; ``after_pre_commit``, ``after_record`` from the
-checkpoint coordinator. The hook gets the step and either the transaction (which has a
-``checkpoint_id``) or the checkpoint id itself. So CHECKPOINT counts the job's checkpoints
-for the coordinator's steps but the sink's for the sink's, and the two part after a
-restart: a sink never reuses the id of an aborted attempt (the job does, it replays), and
-its recovery commit of a recorded checkpoint runs under the sink's id.
+Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``before_flip``,
+``after_flip`` from ``DeltaSink``; ``after_pre_commit``, ``after_record`` from the
+checkpoint coordinator. CHECKPOINT is the checkpoint id, the one id every sink, the job's
+checkpoint table and the journal share (a recovery commit runs under its own id).
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ MARKERS_ENV = "LAKESINK_STEP_MARKERS"
 HOLD_ENV = "LAKESINK_HOLD_AT"
 HOLD_LIMIT_S = 600.0
 
-StepHook = Callable[[str, object], None]
+StepHook = Callable[[str, int], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +96,7 @@ def hook_from_env(environ: Mapping[str, str] | None = None) -> StepHook | None:
     if marker_dir is not None:
         marker_dir.mkdir(parents=True, exist_ok=True)
 
-    def hook(step: str, subject: object) -> None:
-        checkpoint = subject if isinstance(subject, int) else subject.checkpoint_id  # type: ignore[attr-defined]
+    def hook(step: str, checkpoint: int) -> None:
         here = (step, checkpoint)
         if marker_dir is not None:  # first, so a watcher sees the step the process died at
             _mark(marker_dir, f"{step}@{checkpoint}")

@@ -8,11 +8,11 @@ half-way between its journal events and its MERGE.
 
 The sources, and what each says:
 
-- the journal (``lakesink.journal``): every state change of every transaction;
+- the journal (``lakesink.delta.journal``): every state change of every transaction;
 - the table's rows, counted per transaction, visible and masked;
 - the table's Delta history: each commit lakesink made carries ``userMetadata`` naming the
   operation (write, commit, vacuum), the checkpoint and the transaction
-  (``lakesink.delta_sink.commit_metadata``), so a Delta version can be lined up with the
+  (``lakesink.delta.format.commit_metadata``), so a Delta version can be lined up with the
   journal event it belongs to.
 
 The exactly-once checks (:func:`exactly_once_checks`) compare these sources; each returns
@@ -36,11 +36,10 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakesink.delta_sink import CHECKPOINT_ID, TXN_ID, VISIBLE
+from lakesink.core import TxnState
+from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
+from lakesink.delta.journal import Journal, fold
 from lakesink.errors import AuditFailedError, LakesinkError
-from lakesink.journal import Journal, TxnState
-from lakesink.status import table_properties
-from lakesink.vacuum import VACUUMED_PREFIX
 
 if TYPE_CHECKING:
     import pandas
@@ -347,8 +346,8 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     """
     from delta.tables import DeltaTable
 
-    properties = table_properties(spark, table_path)
-    journal = Journal(spark, properties["lakesink.journal"], create=False)
+    sink_table = read_sink_table(spark, table_path)
+    journal = Journal(spark, sink_table.journal_path, create=False)
     table = DeltaTable.forPath(spark, table_path)
     journal_table = DeltaTable.forPath(spark, journal.path)
 
@@ -361,7 +360,7 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
         if latest(journal_table) == before:
             return AuditSnapshot(
                 table_path=str(Path(table_path).resolve()),
-                sink_id=properties["lakesink.sinkId"],
+                sink_id=sink_table.sink_id,
                 journal_path=journal.path,
                 table_version=table_version,
                 journal_version=before,
@@ -417,7 +416,7 @@ def timeline(
         history: The table's history if already read (``table_history``).
     """
     history = table_history(spark, snap) if history is None else history
-    folded = {row.txn_id: row for row in _fold_journal(_events(spark, snap)).collect()}
+    folded = {row.txn_id: row for row in fold(_events(spark, snap)).collect()}
     counts = _row_counts(spark, snap)
     commit_versions = _first_versions(history, "commit")
     vacuum_versions = _first_versions(history, "vacuum")
@@ -429,7 +428,7 @@ def timeline(
         state = TxnState(row.state) if row else None
         phase = Phase.of(state)
         times = {
-            name: _utc(row[name] if row else None)
+            name: row[name].astimezone(timezone.utc) if row and row[name] else None
             for name in ("opened_at", "pre_committed_at", "committed_at", "aborted_at", "held_at")
         }
         latency = (
@@ -455,7 +454,7 @@ def timeline(
                 commit_version=commit_versions.get(txn_id),
                 vacuum_version=vacuum_versions.get(txn_id),
                 last_error=row.last_error if row else None,
-                validation=row.validation if row else None,
+                validation=row.last_validation if row else None,
             )
         )
     return tuple(sorted(audits, key=lambda a: (a.checkpoint_id, a.txn_id)))
@@ -564,36 +563,6 @@ def _events(spark: SparkSession, snap: AuditSnapshot) -> DataFrame:
     )
 
 
-def _fold_journal(events: DataFrame) -> DataFrame:
-    """One row per transaction: its state (as ``Journal.transactions`` folds it) and times."""
-    rank = F.create_map(*[F.lit(x) for s in TxnState for x in (s.value, s.rank)])
-    state, at = F.col("state"), F.col("event_time")
-
-    def first_time(of: TxnState) -> F.Column:
-        return F.unix_micros(F.min(F.when(state == of.value, at)))
-
-    def latest(column: str) -> F.Column:
-        return F.max_by(column, F.when(F.col(column).isNotNull(), at))
-
-    return events.groupBy("txn_id").agg(
-        F.first("checkpoint_id").alias("checkpoint_id"),
-        F.first("writer_id").alias("writer_id"),
-        F.max_by("state", F.struct(rank[state], at, F.col("attempt"))).alias("state"),
-        F.unix_micros(F.min(at)).alias("opened_at"),
-        first_time(TxnState.PRE_COMMITTED).alias("pre_committed_at"),
-        first_time(TxnState.COMMITTED).alias("committed_at"),
-        first_time(TxnState.ABORTED).alias("aborted_at"),
-        first_time(TxnState.HELD).alias("held_at"),
-        F.max("row_count").alias("row_count"),
-        F.bool_or(
-            (state == TxnState.ABORTED.value)
-            & F.coalesce(F.col("detail"), F.lit("")).startswith(VACUUMED_PREFIX)
-        ).alias("vacuumed"),
-        latest("error").alias("last_error"),
-        latest("validation").alias("validation"),
-    )
-
-
 def _row_counts(spark: SparkSession, snap: AuditSnapshot) -> dict[str, tuple[int, int, int]]:
     """Per transaction in the table: its checkpoint id, visible rows and masked rows."""
     visible = F.col(VISIBLE)
@@ -647,7 +616,7 @@ def _first_versions(history: Sequence[HistoryEntry], operation: str) -> dict[str
 
 
 def _failures(row: Any) -> list[ValidationFailure]:
-    from lakesink.validation import ValidationReport
+    from lakesink.delta.validation import ValidationReport
 
     def failure(**what: Any) -> ValidationFailure:
         return ValidationFailure(
@@ -707,12 +676,10 @@ def _check_duplicates(
     audits: Sequence[TransactionAudit], history: Sequence[HistoryEntry]
 ) -> CheckResult:
     findings = [
-        Finding(
-            txn_id=a.txn_id,
-            checkpoint_id=a.checkpoint_id,
-            reason=f"{a.txn_id} (checkpoint {a.checkpoint_id}) has "
-            f"{a.visible_rows + a.masked_rows} rows in the table, the journal pre-committed "
-            f"{a.row_count}",
+        _finding(
+            a,
+            f"has {a.visible_rows + a.masked_rows} rows in the table, the journal "
+            f"pre-committed {a.row_count}",
         )
         for a in audits
         if a.row_count is not None and a.visible_rows + a.masked_rows > a.row_count
@@ -740,13 +707,21 @@ def _check_duplicates(
     )
 
 
+def _finding(audit: TransactionAudit, what: str) -> Finding:
+    """A finding about one transaction, named with its checkpoint."""
+    return Finding(
+        txn_id=audit.txn_id,
+        checkpoint_id=audit.checkpoint_id,
+        reason=f"{audit.txn_id} (checkpoint {audit.checkpoint_id}) {what}",
+    )
+
+
 def _check_visibility(audits: Sequence[TransactionAudit]) -> CheckResult:
     findings = tuple(
-        Finding(
-            txn_id=a.txn_id,
-            checkpoint_id=a.checkpoint_id,
-            reason=f"{a.txn_id} (checkpoint {a.checkpoint_id}) has {a.visible_rows} visible "
-            f"rows but is {a.state.value if a.state else 'not in the journal'}",
+        _finding(
+            a,
+            f"has {a.visible_rows} visible rows but is "
+            f"{a.state.value if a.state else 'not in the journal'}",
         )
         for a in audits
         if a.visible_rows and not _publishable(a)
@@ -762,11 +737,10 @@ def _check_visibility(audits: Sequence[TransactionAudit]) -> CheckResult:
 def _check_counts(audits: Sequence[TransactionAudit]) -> CheckResult:
     done = [a for a in audits if a.state is TxnState.COMMITTED]
     findings = [
-        Finding(
-            txn_id=a.txn_id,
-            checkpoint_id=a.checkpoint_id,
-            reason=f"{a.txn_id} (checkpoint {a.checkpoint_id}) has {a.visible_rows} visible "
-            f"and {a.masked_rows} masked rows, the journal committed {a.row_count}",
+        _finding(
+            a,
+            f"has {a.visible_rows} visible and {a.masked_rows} masked rows, the journal "
+            f"committed {a.row_count}",
         )
         for a in done
         if a.visible_rows != a.row_count or a.masked_rows

@@ -1,8 +1,8 @@
 """A local Spark standalone cluster: one master and worker JVMs on loopback, for tests and trials.
 
-    python -m lakesink.cluster start --dir .cache/cluster [--port 7077] [--workers 2]
-    python -m lakesink.cluster status --dir .cache/cluster
-    python -m lakesink.cluster stop --dir .cache/cluster
+    python -m lakesink.testing.cluster start --dir .cache/cluster [--port 7077] [--workers 2]
+    python -m lakesink.testing.cluster status --dir .cache/cluster
+    python -m lakesink.testing.cluster stop --dir .cache/cluster
 
 Each daemon is its own JVM, started from the installed pyspark's ``bin/spark-class``
 (pip's pyspark has no ``sbin/start-master.sh``), listening on loopback only: the master on
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.metastore import _listening, _tail
+from lakesink.ops.metastore import _listening, _tail
 
 __all__ = [
     "DEFAULT_PORT",
@@ -189,7 +189,7 @@ def submit_command(
     It is the one the README's "Running on a cluster" section gives: the Delta jar by its
     Maven coordinate (``lakesink jars``) and the two Delta settings, then ``conf``.
     """
-    from lakesink.session import delta_maven_coordinate
+    from lakesink.delta.session import delta_maven_coordinate
 
     command = [
         str(spark_home() / "bin" / "spark-submit"),
@@ -232,7 +232,7 @@ def start_cluster(
         if _running(previous.master_pid):
             raise ConfigurationError(
                 f"the cluster of {folder} runs already ({previous.master_url}); "
-                f"stop it first: python -m lakesink.cluster stop --dir {folder}"
+                f"stop it first: python -m lakesink.testing.cluster stop --dir {folder}"
             )
     if _listening(host, port):
         raise ConfigurationError(
@@ -283,7 +283,7 @@ def load_cluster(directory: str | Path) -> LocalCluster:
     if not state_file.is_file():
         raise ConfigurationError(
             f"no cluster was started in {state_file.parent} (no {STATE_FILE}); "
-            f"start one: python -m lakesink.cluster start --dir {state_file.parent}"
+            f"start one: python -m lakesink.testing.cluster start --dir {state_file.parent}"
         )
     try:
         state = json.loads(state_file.read_text())
@@ -467,7 +467,7 @@ def _option(words: list[str], name: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lakesink.cluster",
+        prog="python -m lakesink.testing.cluster",
         description="Start, stop or check a local Spark standalone cluster (a master and "
         "worker JVMs on 127.0.0.1). start and status print the master URL.",
     )

@@ -16,15 +16,15 @@ __all__ = ["main"]
 
 
 def _jars(_: argparse.Namespace) -> int:
-    from lakesink.session import delta_maven_coordinate
+    from lakesink.delta.session import delta_maven_coordinate
 
     print(delta_maven_coordinate())
     return 0
 
 
 def _metastore(args: argparse.Namespace) -> int:
-    from lakesink import metastore
     from lakesink.errors import ConfigurationError
+    from lakesink.ops import metastore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     # Loopback only (the module's default host): the server has no authentication.
@@ -46,7 +46,7 @@ def _metastore(args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace):
-    from lakesink.session import spark_session
+    from lakesink.delta.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
     spark = spark_session(master=args.master, app_name="lakesink-cli")
@@ -55,7 +55,7 @@ def _session(args: argparse.Namespace):
 
 
 def _status(args: argparse.Namespace) -> int:
-    from lakesink.status import job_status, sink_status
+    from lakesink.ops.status import job_status, sink_status
 
     spark = _session(args)
     now = datetime.now(timezone.utc)
@@ -85,32 +85,33 @@ def _status(args: argparse.Namespace) -> int:
     if job is not None:
         print(f"job {job['job_id']}  ({job['state']})")
         print(f"  last completed checkpoint: {job['last_completed_checkpoint']}")
-        print(f"  quarantined files: {len(job['quarantined'])}")
+        print(f"  quarantined input: {len(job['quarantined'])}")
         for q in job["quarantined"]:
-            print(f"    checkpoint {q['checkpoint_id']:>5}  {q['file']}: {q['reason']}")
+            print(f"    checkpoint {q['checkpoint_id']:>5}  {q['item']}: {q['reason']}")
     return 0
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from lakesink.coordinator import CheckpointStore
+    from lakesink.delta.checkpoints import DeltaCheckpointStore
 
     spark = _session(args)
-    records = CheckpointStore(spark, args.state, create=False).history(args.job_id)
+    records = DeltaCheckpointStore(spark, args.state, create=False).history(args.job_id)
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
         return 0
-    print(f"{'checkpoint':>10}  {'completed at (UTC)':<26} {'files':>5} {'rows':>8}  quarantined")
+    print(f"{'checkpoint':>10}  {'completed at (UTC)':<26} {'items':>5} {'rows':>8}  quarantined")
     for r in records:
-        quarantined = ", ".join(f"{q.file} ({q.reason})" for q in r.quarantined)
+        quarantined = ", ".join(f"{q.item} ({q.reason})" for q in r.quarantined)
+        rows = "?" if r.rows is None else r.rows
         print(
             f"{r.checkpoint_id:>10}  {r.completed_at:%Y-%m-%d %H:%M:%S.%f}  "
-            f"{len(r.files):>5} {r.row_count:>8}  {quarantined}"
+            f"{len(r.items):>5} {rows:>8}  {quarantined}"
         )
     return 0
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from lakesink.manual import pending_transactions, resolve_checkpoint
+    from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
 
     spark = _session(args)
     table = str(Path(args.table).resolve())
@@ -141,8 +142,8 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from lakesink.manual import revalidate_checkpoint
-    from lakesink.validation import ValidationGate
+    from lakesink.delta.validation import ValidationGate
+    from lakesink.ops.resolve import revalidate_checkpoint
 
     gate = ValidationGate.from_file(args.suite)
     spark = _session(args)
@@ -155,6 +156,15 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}")
             print(f"  {report.summary()}")
     return 0 if all(report.success for _, report in results) else 1
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from lakesink.ops.migrate import migrate_checkpoints
+
+    spark = _session(args)
+    plan = migrate_checkpoints(spark, args.state, dry_run=args.dry_run)
+    print(plan.summary())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,19 +204,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="where each sink stands: last commit, pending and aborted transactions",
         description="Per sink: the last committed checkpoint, committed rows, and every "
         "pending (open, pre-committed, committing), held (failed validation) and aborted "
-        "transaction with its age, rows, last error and validation result. With --state, "
-        "also the ingest job's last checkpoint and quarantined files. Exit 0, or 2 when a "
-        "table is not a lakesink table.",
+        "transaction with its age, rows, last error and validation result, by checkpoint "
+        "id (the same ids as the job's checkpoints and the journal). With --state, also the "
+        "job's last checkpoint and quarantined input. Exit 0, or 2 when a table is not a "
+        "lakesink table.",
     )
     status.add_argument("table", nargs="+", help="path of a lakesink table")
-    status.add_argument("--state", help="an ingest job's --state folder: show its quarantine")
+    status.add_argument("--state", help="a job's --state folder: show its quarantined input")
     status.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
     status.set_defaults(func=_status)
 
     checkpoints = commands.add_parser(
         "checkpoints",
-        help="the checkpoint history of an ingest job",
-        description="Every completed checkpoint of a job: time, files, rows, quarantined files.",
+        help="the checkpoint history of a job",
+        description="Every completed checkpoint of a job: its id, time, the input items it "
+        "consumed (files), rows and quarantined input.",
     )
     checkpoints.add_argument("--state", required=True, help="the job's --state folder")
     checkpoints.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
@@ -248,15 +260,27 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in (status, checkpoints, validate, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
+    migrate = commands.add_parser(
+        "migrate-checkpoints",
+        help="rewrite a job's checkpoint table of an older lakesink format",
+        description="Rewrite the checkpoint table in a --state folder written by lakesink "
+        "0.1 (format 1) in the current format, keeping every record; the old table is kept "
+        "beside it as checkpoints.format1. Run it while the jobs of that folder are "
+        "stopped. --dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad "
+        "input.",
+    )
+    migrate.add_argument("state", help="the jobs' --state folder")
+    migrate.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    migrate.add_argument("--master", help="Spark master URL (default local[*])")
+    migrate.set_defaults(func=_migrate)
     for job, summary in (
-        ("ingest", "run the ingest job (landing folder -> lakesink tables)"),
         ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),
     ):
         commands.add_parser(job, help=summary)  # listed in --help; main() hands over
     return parser
 
 
-JOBS = {"ingest": "lakesink.ingest", "vacuum": "lakesink.vacuum_job"}
+JOBS = {"vacuum": "lakesink.cli.vacuum"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError
 
 if TYPE_CHECKING:
-    from lakesink.vacuum import VacuumReport
+    from lakesink.ops.vacuum import VacuumReport
 
 log = logging.getLogger("lakesink.jobs.vacuum")
 
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> VacuumReport:
     # Imported here so that a bad option fails before pyspark loads.
-    from lakesink.session import spark_session
-    from lakesink.vacuum import vacuum
+    from lakesink.delta.session import spark_session
+    from lakesink.ops.vacuum import vacuum
 
     spark = spark_session(master=args.master, app_name="lakesink-vacuum")
     spark.sparkContext.setLogLevel("WARN")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakesink.errors import TableNotFoundError
-from lakesink.journal import Journal, TransactionStatus, TxnState
-from lakesink.sql import delta_path
+from lakesink.core import TxnState
+from lakesink.delta.format import read_sink_table
+from lakesink.delta.journal import Journal, TransactionStatus
 
-__all__ = ["SinkStatus", "job_status", "sink_status", "table_properties"]
+__all__ = ["SinkStatus", "job_status", "sink_status"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,26 +53,14 @@ class SinkStatus:
         }
 
 
-def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
-    """The Delta table properties of a lakesink table; raise if it is none."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        raise TableNotFoundError(f"no Delta table at {path}; pass the path of a lakesink table")
-    properties = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {}
-    if "lakesink.sinkId" not in properties:
-        raise TableNotFoundError(f"the Delta table at {path} was not written by lakesink")
-    return properties
-
-
 def sink_status(spark: SparkSession, path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
-    properties = table_properties(spark, path)
-    journal = Journal(spark, properties["lakesink.journal"], create=False)
-    transactions = journal.transactions(properties["lakesink.sinkId"])
+    table = read_sink_table(spark, path)
+    journal = Journal(spark, table.journal_path, create=False)
+    transactions = journal.transactions(table.sink_id)
     committed = [s for s in transactions if s.state is TxnState.COMMITTED]
     return SinkStatus(
-        sink_id=properties["lakesink.sinkId"],
+        sink_id=table.sink_id,
         table_path=path,
         journal_path=journal.path,
         last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
@@ -88,16 +76,16 @@ def sink_status(spark: SparkSession, path: str) -> SinkStatus:
 
 
 def job_status(spark: SparkSession, state_dir: str, job_id: str) -> dict:
-    """An ingest job's last completed checkpoint and every file it quarantined."""
-    from lakesink.coordinator import CheckpointStore
+    """A job's last completed checkpoint and every input item it quarantined."""
+    from lakesink.delta.checkpoints import DeltaCheckpointStore
 
-    records = CheckpointStore(spark, state_dir, create=False).history(job_id)
+    records = DeltaCheckpointStore(spark, state_dir, create=False).history(job_id)
     return {
         "job_id": job_id,
         "state": str(Path(state_dir).resolve()),
         "last_completed_checkpoint": records[-1].checkpoint_id if records else None,
         "quarantined": [
-            {"checkpoint_id": r.checkpoint_id, "file": q.file, "reason": q.reason}
+            {"checkpoint_id": r.checkpoint_id, "item": q.item, "reason": q.reason}
             for r in records
             for q in r.quarantined
         ],
@@ -107,6 +95,6 @@ def job_status(spark: SparkSession, state_dir: str, job_id: str) -> dict:
 def _summary(report_json: str | None) -> str | None:
     if report_json is None:
         return None
-    from lakesink.validation import ValidationReport  # Great Expectations loads slowly
+    from lakesink.delta.validation import ValidationReport  # Great Expectations loads slowly
 
     return ValidationReport.from_json(report_json).summary()

@@ -1,0 +1,123 @@
+"""Operator recovery: commit, abort or re-validate a sink's pending checkpoint by hand.
+
+For when a job cannot be restarted to recover by itself, or the validation gate held a
+checkpoint. Commit and abort go through the protocol's ``resolve`` of each writer of the
+checkpoint, which takes the writer's lock (so it refuses while the writer runs) and refuses
+to commit a transaction never pre-committed or to abort one whose commit was decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Literal
+
+from pyspark.sql import SparkSession
+
+from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
+from lakesink.core.recovery import check_resolvable
+from lakesink.delta.format import read_sink_table
+from lakesink.delta.journal import Journal, TransactionStatus
+from lakesink.delta.readers import transaction_rows
+from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
+from lakesink.errors import UnknownCheckpointError
+from lakesink.ops.status import sink_status
+
+if TYPE_CHECKING:
+    from lakesink.delta.validation import ValidationGate, ValidationReport
+
+__all__ = ["pending_transactions", "resolve_checkpoint", "revalidate_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+
+def pending_transactions(
+    spark: SparkSession, path: str, checkpoint_id: int
+) -> list[TransactionStatus]:
+    """The not yet committed or aborted transactions of a checkpoint; raise if none."""
+    status = sink_status(spark, path)
+    found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
+    if not found:
+        unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
+        raise UnknownCheckpointError(
+            f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id} "
+            f"(pending checkpoints: {unfinished or 'none'})"
+        )
+    return found
+
+
+def resolve_checkpoint(
+    spark: SparkSession,
+    path: str,
+    checkpoint_id: int,
+    action: Literal["commit", "abort"],
+    *,
+    progress: Callable[[str], None] = log.info,
+) -> list[TransactionStatus]:
+    """Commit or abort every pending transaction of the checkpoint; return them.
+
+    Every transaction is checked before any writer's is touched.
+
+    Raises:
+        UnknownCheckpointError: Nothing is pending in that checkpoint.
+        ProtocolError: Commit of a transaction never pre-committed, or abort of one whose
+            commit was already decided.
+        AlreadyRunningError: A writer of the checkpoint is still running.
+    """
+    transactions = pending_transactions(spark, path, checkpoint_id)
+    commit = action == "commit"
+    check_resolvable([_logged(t) for t in transactions], commit=commit)
+    for writer_id in sorted({t.writer_id for t in transactions}):
+        mine = [t for t in transactions if t.writer_id == writer_id]
+        rows = sum(t.row_count or 0 for t in mine)
+        progress(f"{action} checkpoint {checkpoint_id}: writer {writer_id}, {rows} rows")
+        options = SinkOptions(sink_id=mine[0].sink_id, writer_id=writer_id)
+        DeltaSink(spark, path, options=options).resolve(
+            checkpoint_id, commit=commit, reason=f"operator {action}"
+        )
+    return transactions
+
+
+def revalidate_checkpoint(
+    spark: SparkSession, path: str, checkpoint_id: int, gate: ValidationGate
+) -> list[tuple[TransactionStatus, ValidationReport]]:
+    """Run ``gate`` on the rows of a checkpoint's pre-committed or held transactions.
+
+    Each report is journaled with the transaction's unchanged state (commit or abort it
+    afterwards).
+
+    Raises:
+        UnknownCheckpointError: Nothing pre-committed or held in that checkpoint.
+    """
+    transactions = [
+        t for t in pending_transactions(spark, path, checkpoint_id) if t.state is not TxnState.OPEN
+    ]
+    if not transactions:
+        raise UnknownCheckpointError(
+            f"checkpoint {checkpoint_id} of {path} has only open transactions, whose rows "
+            "may be incomplete; nothing to validate"
+        )
+    table = read_sink_table(spark, path)
+    journal = Journal(spark, table.journal_path, create=False)
+    results = []
+    for txn in transactions:
+        rows = transaction_rows(spark, table, txn.checkpoint_id, txn.txn_id)
+        report = gate.validate(rows)
+        journal.record(
+            txn.event(
+                table_path=table.path,
+                state=txn.state,
+                event_time=datetime.now(timezone.utc),
+                row_count=txn.row_count,
+                detail="validated again by an operator",
+                validation=report.to_json(),
+            )
+        )
+        results.append((txn, report))
+    return results
+
+
+def _logged(status: TransactionStatus) -> LoggedTransaction[DeltaTransaction]:
+    handle = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+    return LoggedTransaction(TransactionHolder(handle, status.checkpoint_id, 0), status.state)
