@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
+from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
-from lakesink.core.state import SinkState, TxnState
-from lakesink.errors import CommitError, ConfigurationError, ProtocolError
+from lakesink.core.state import SinkState
+from lakesink.errors import ConfigurationError, ProtocolError
 
 __all__ = [
     "CheckpointCoordinator",
@@ -174,7 +175,7 @@ class CheckpointCoordinator(Generic[DataT]):
             self.last = store.latest(job_id)
             used = max(
                 [self.last.checkpoint_id if self.last else 0]
-                + [sink.last_logged_checkpoint_id() for sink in self.sinks.values()]
+                + [sink.read_log().last_checkpoint_id for sink in self.sinks.values()]
             )
             self._next_id = used + 1
             for key, sink in self.sinks.items():
@@ -228,12 +229,10 @@ class CheckpointCoordinator(Generic[DataT]):
             raise ProtocolError(f"job {self.job_id}: {self._broken}; restart the job to recover")
         checkpoint_id = self._next_id
         try:
-            for sink in self.sinks.values():
-                sink.snapshot_state(checkpoint_id)
+            pre_commit_all(self.sinks, checkpoint_id)
         except BaseException:
             self._broken = f"the pre-commit of checkpoint {checkpoint_id} failed"
             raise
-        self._withhold_together(checkpoint_id)
         self._step("after_pre_commit", checkpoint_id)
         record = CheckpointRecord(
             job_id=self.job_id,
@@ -251,20 +250,7 @@ class CheckpointCoordinator(Generic[DataT]):
             "checkpoint %d of job %s complete (%d items)", checkpoint_id, self.job_id, len(items)
         )
         self._step("after_record", checkpoint_id)
-        failures: list[tuple[int, BaseException]] = []
-        for sink in self.sinks.values():
-            if not sink.pending_checkpoint_ids:
-                continue
-            try:
-                sink.notify_checkpoint_complete(checkpoint_id)
-            except CommitError as exc:
-                failures.extend(exc.failures)
-        if failures:
-            raise CommitError(
-                f"checkpoint {checkpoint_id} is complete but {len(failures)} commit(s) "
-                "failed; they stay pending and are retried at the next checkpoint or restart",
-                failures,
-            )
+        commit_all(self.sinks, checkpoint_id)
         return record
 
     def run(
@@ -330,29 +316,6 @@ class CheckpointCoordinator(Generic[DataT]):
             return SinkState.from_json(text, sink.handle_type)
         # A sink new to the job (or none completed yet): nothing of it to restore.
         return SinkState(last_checkpoint_id=self.last.checkpoint_id if self.last else 0)
-
-    def _withhold_together(self, checkpoint_id: int) -> None:
-        """A failed validation in one sink holds or aborts the checkpoint in every sink.
-
-        The tables of one checkpoint are published together or not at all: totals must
-        not become visible without the orders they sum.
-        """
-        verdicts = {key: sink.verdict(checkpoint_id) for key, sink in self.sinks.items()}
-        found = set(verdicts.values())
-        worst = TxnState.ABORTED if TxnState.ABORTED in found else TxnState.HELD
-        if worst not in found:
-            return
-        causes = ", ".join(
-            sorted(k for k, v in verdicts.items() if v is not TxnState.PRE_COMMITTED)
-        )
-        for key, sink in self.sinks.items():
-            if verdicts[key] is not worst:
-                sink.withhold(
-                    checkpoint_id,
-                    worst,
-                    f"checkpoint {checkpoint_id} {worst.value}: validation of sink(s) "
-                    f"{causes} failed",
-                )
 
     def _step(self, name: str, checkpoint_id: int) -> None:
         if self._step_hook is not None:

@@ -21,9 +21,9 @@ Hooks (what an implementation writes):
 ``release``                free what ``acquire`` took
 =========================  =================================================================
 
-Framework methods: ``initialize_state``, ``initialize_standalone``, ``write``,
+Framework methods: ``initialize_state``, ``initialize_from_log``, ``read_log``, ``write``,
 ``snapshot_state``, ``verdict``, ``withhold``, ``notify_checkpoint_complete``, ``resolve``,
-``close``, ``state``, ``last_logged_checkpoint_id``.
+``close``, ``state``.
 
 The contract an implementation signs:
 
@@ -126,7 +126,7 @@ class TransactionTimeout:
 class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
     """Template for an exactly-once sink that commits in two phases, driven by checkpoints.
 
-    Lifecycle: ``initialize_state(restored)`` (or ``initialize_standalone()``) once, then
+    Lifecycle: ``initialize_state(restored)`` (or ``initialize_from_log()``) once, then
     any number of ``write(value)``, ``snapshot_state(checkpoint_id)`` (pre-commit) and
     ``notify_checkpoint_complete(checkpoint_id)`` (commit), then ``close()``. An operator
     acts on a stopped sink with ``resolve``.
@@ -142,8 +142,8 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
 
     _FRAMEWORK_METHODS: ClassVar[tuple[str, ...]] = (
         "initialize_state",
-        "initialize_standalone",
-        "last_logged_checkpoint_id",
+        "initialize_from_log",
+        "read_log",
         "write",
         "snapshot_state",
         "verdict",
@@ -263,13 +263,14 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             tuple(self._pending), tuple(self._held), self._current, self._last_snapshot
         )
 
-    def last_logged_checkpoint_id(self) -> int:
-        """The highest checkpoint id the sink's log knows (0 if none); acquires the sink.
+    def read_log(self) -> TransactionLog[TxnT]:
+        """What the sink's log knows now; acquires the sink first.
 
-        A driver that never reuses ids starts above this (and above its own record).
+        A driver that never reuses ids starts above its ``last_checkpoint_id``; one that
+        replays ids checks its own record against it.
         """
         self._acquire()
-        return self.log().last_checkpoint_id
+        return self.log()
 
     def initialize_state(
         self, restored: SinkState[TxnT] | None = None, *, next_checkpoint_id: int | None = None
@@ -279,7 +280,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         ``restored`` is the sink's state in the driver's last *completed* checkpoint
         (None: none completed yet). The open transaction is begun for
         ``next_checkpoint_id`` (default: the checkpoint after the restored one); a driver
-        that never reuses ids passes one above every id used (``last_logged_checkpoint_id``).
+        that never reuses ids passes one above every id used (``read_log``).
         What recovery does in which case is listed in ``lakesink.core.recovery``.
 
         Every recovered transaction is attempted before the first error is raised; a
@@ -300,18 +301,23 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             )
         self._finish_initialization(first)
 
-    def initialize_standalone(self) -> None:
-        """Start a sink that drives its own checkpoints, recovering from its log alone.
+    def initialize_from_log(self, completed_through: int | None = None) -> None:
+        """Start a sink whose driver records no sink state, recovering from its log.
 
-        Its pre-commit is its checkpoint's completion: every pre-committed or decided
-        transaction in the log is committed, held ones stay held, open ones are aborted,
-        and checkpoint ids continue above every id the log knows (never reused).
+        ``completed_through`` is the last checkpoint the driver completed (a micro-batch
+        engine's commit log says which; -1 for none): the log's pre-committed or decided
+        transactions up to it are committed, held ones stay held, later ones are aborted
+        (their input is replayed), and the open transaction is begun for the next id.
+
+        None (a sink that is its own driver, standalone): its pre-commit is its
+        checkpoint's completion, so every pre-committed transaction is committed, and ids
+        continue above every id the log knows, never reused.
         """
         if self._initialized:
             raise ProtocolError(f"sink {self.name!r} is already initialized")
         self._acquire()
         logged = self.log()
-        restored: SinkState[TxnT] = logged.as_checkpointed()
+        restored: SinkState[TxnT] = logged.completed_through(completed_through)
         self._recover(restored, logged)
         self._finish_initialization(restored.last_checkpoint_id + 1)
 

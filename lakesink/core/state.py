@@ -157,20 +157,23 @@ class TransactionLog(Generic[TxnT]):
         found = [t for t in self.transactions if not t.state.final]
         return sorted(found, key=lambda t: t.holder.checkpoint_id)
 
-    def as_checkpointed(self) -> SinkState[TxnT]:
-        """The state of a sink that is its own driver: its pre-commit completes a checkpoint.
+    def completed_through(self, checkpoint_id: int | None) -> SinkState[TxnT]:
+        """The state of a sink whose driver completed every checkpoint up to ``checkpoint_id``.
 
-        Pre-committed and decided transactions are pending, held ones held; ids continue
-        above every id the log knows.
+        Its pre-committed and decided transactions up to that id are pending, its held ones
+        held; the next checkpoint is the one after. None: every checkpoint the log knows
+        completed (a sink that is its own driver), and ids continue above all of them.
         """
         unfinished = self.unfinished()
-        last = max([self.last_checkpoint_id, *(t.holder.checkpoint_id for t in unfinished)])
+        if checkpoint_id is None:
+            checkpoint_id = max(
+                [self.last_checkpoint_id, *(t.holder.checkpoint_id for t in unfinished)]
+            )
+        done = [t for t in unfinished if t.holder.checkpoint_id <= checkpoint_id]
         return SinkState(
             pending_commit=tuple(
-                t.holder
-                for t in unfinished
-                if t.state in (TxnState.PRE_COMMITTED, TxnState.COMMITTING)
+                t.holder for t in done if t.state in (TxnState.PRE_COMMITTED, TxnState.COMMITTING)
             ),
-            held=tuple(t.holder for t in unfinished if t.state is TxnState.HELD),
-            last_checkpoint_id=last,
+            held=tuple(t.holder for t in done if t.state is TxnState.HELD),
+            last_checkpoint_id=checkpoint_id,
         )

@@ -583,7 +583,7 @@ def test_a_held_transaction_of_a_completed_checkpoint_stays_held(store):
 
 def test_a_standalone_sink_recovers_from_its_log_alone(store):
     sink = MemorySink(store, logged=True, verdicts={2: TxnState.HELD})
-    sink.initialize_standalone()
+    sink.initialize_from_log()
     for value, checkpoint in (("a", 1), ("b", 2), ("c", 3)):
         sink.write(value)
         sink.snapshot_state(checkpoint)
@@ -591,7 +591,7 @@ def test_a_standalone_sink_recovers_from_its_log_alone(store):
     del sink  # crashed before any notification
 
     restored = MemorySink(store, logged=True)
-    restored.initialize_standalone()
+    restored.initialize_from_log()
 
     assert store.visible() == ["a", "c"]  # its pre-commit was its checkpoint's completion
     assert restored.held_checkpoint_ids == [2]
