@@ -15,10 +15,10 @@ from lakesink.errors import LakesinkError
 __all__ = ["main"]
 
 
-def _jars(_: argparse.Namespace) -> int:
-    from lakesink.delta.session import delta_maven_coordinate
+def _jars(args: argparse.Namespace) -> int:
+    from lakesink.delta.session import KAFKA_CONNECTOR, delta_maven_coordinate
 
-    print(delta_maven_coordinate())
+    print(",".join([delta_maven_coordinate(), *([KAFKA_CONNECTOR] if args.kafka else [])]))
     return 0
 
 
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the Delta jar's Maven coordinate (for spark-submit --packages)",
         description="Print the Maven coordinate of the Delta jar that matches the installed "
         'pyspark and delta-spark, e.g. spark-submit --packages "$(lakesink jars)" job.py',
+    )
+    jars.add_argument(
+        "--kafka", action="store_true", help="also Spark's Kafka connector (comma-separated)"
     )
     jars.set_defaults(func=_jars)
     server = commands.add_parser(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 
@@ -13,7 +13,12 @@ from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
 
-__all__ = ["DELTA_EXTENSION", "delta_maven_coordinate", "spark_session"]
+__all__ = [
+    "DELTA_EXTENSION",
+    "KAFKA_CONNECTOR",
+    "delta_maven_coordinate",
+    "spark_session",
+]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +28,12 @@ IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 MASTER_ENV = "LAKESINK_SPARK_MASTER"
 METASTORE_ENV = "LAKESINK_METASTORE_DIR"
 METASTORE_URL_ENV = "LAKESINK_METASTORE_URL"
+
+
+# Spark's Kafka source and sink. Maven Central serves 4.1.1-4.1.3 of it but not 4.1.4 (the
+# pip pyspark's version), and 4.1.3 lacks its spark-token-provider dependency there; 4.1.1
+# resolves whole and runs with pyspark 4.1.4 (the streaming tests read Kafka through it).
+KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 
 
 def delta_maven_coordinate() -> str:
@@ -43,6 +54,7 @@ def spark_session(
     ivy_dir: str | None = None,
     metastore_dir: str | None = None,
     metastore_url: str | None = None,
+    packages: Sequence[str] = (),
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -122,7 +134,7 @@ def spark_session(
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = configure_spark_with_delta_pip(builder).getOrCreate()
+    session = configure_spark_with_delta_pip(builder, extra_packages=list(packages)).getOrCreate()
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session

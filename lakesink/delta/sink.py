@@ -229,7 +229,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         above every id the sink used. Takes the constructor's arguments.
         """
         sink = cls(spark, path, **arguments)
-        sink.initialize_standalone()
+        sink.initialize_from_log()
         return sink
 
     @property
@@ -337,7 +337,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
             try:
                 self._step("before_append", transaction)
-                with session_conf(self.spark, SINGLE_PARTITION_WRITES):
+                # The frame's own session writes it: in foreachBatch, a clone of ours.
+                with session_conf(frame.sparkSession, SINGLE_PARTITION_WRITES):
                     (
                         frame.observe(observation, F.count(F.lit(1)).alias("rows"))
                         .write.format("delta")

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
+from lakesink.ops.jvm import fetch_jars, java, listening, read_pid, start_daemon, wait_gone
 
 __all__ = [
     "DEFAULT_HOST",
@@ -47,31 +44,12 @@ DERBY_VERSION = "10.16.1.1"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1527
 DATABASE = "metastore_db"  # inside the server's data folder
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 SERVER_JARS = ("derby", "derbyshared", "derbytools", "derbynet")
 CLIENT_JAR = "derbyclient"
 LOG_FILE = "derby-server.log"
 PID_FILE = "derby-server.pid"
 SERVER_CLASS = "org.apache.derby.drda.NetworkServerControl"
 CLIENT_DRIVER = "org.apache.derby.client.ClientAutoloadedDriver"
-
-_IVY_SETTINGS = f"""<ivysettings>
-  <settings defaultResolver="central"/>
-  <resolvers>
-    <ibiblio name="central" m2compatible="true" root="{MAVEN_CENTRAL}"/>
-  </resolvers>
-</ivysettings>
-"""
-_IVY_MODULE = f"""<ivy-module version="2.0">
-  <info organisation="lakesink" module="derby-metastore"/>
-  <dependencies>
-    <dependency org="org.apache.derby" name="derbynet" rev="{DERBY_VERSION}"
-                conf="default->default"/>
-    <dependency org="org.apache.derby" name="derbyclient" rev="{DERBY_VERSION}"
-                conf="default->default"/>
-  </dependencies>
-</ivy-module>
-"""
 
 
 def default_jars_dir(ivy_dir: str | None = None) -> Path:
@@ -93,42 +71,13 @@ def fetch_derby_jars(folder: str | Path | None = None) -> Path:
     Does nothing when they are already there. Default folder: ``default_jars_dir()``.
     """
     target = Path(folder) if folder else default_jars_dir()
-    target = target.resolve()
     wanted = [_jar(target, name) for name in (*SERVER_JARS, CLIENT_JAR)]
     if all(jar.is_file() for jar in wanted):
-        return target
-    java = _java()
-    ivy_jar = _ivy_jar()
-    target.mkdir(parents=True, exist_ok=True)
-    log.info("fetching Derby %s jars from Maven Central into %s", DERBY_VERSION, target)
-    with tempfile.TemporaryDirectory(prefix="lakesink-ivy-") as work:
-        settings, module = Path(work, "ivysettings.xml"), Path(work, "ivy.xml")
-        settings.write_text(_IVY_SETTINGS)
-        module.write_text(_IVY_MODULE)
-        command = [
-            java, "-jar", str(ivy_jar),
-            "-settings", str(settings),
-            "-cache", str(Path(work, "cache")),
-            "-ivy", str(module),
-            "-confs", "default",
-            "-warn",
-            "-retrieve", str(target / "[artifact]-[revision].[ext]"),
-        ]  # fmt: skip
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired as exc:
-            raise ConfigurationError(
-                f"fetching the Derby jars from {MAVEN_CENTRAL} took over 10 minutes; "
-                f"check the network, or put {', '.join(j.name for j in wanted)} into {target}"
-            ) from exc
-    missing = [jar.name for jar in wanted if not jar.is_file()]
-    if result.returncode != 0 or missing:
-        raise ConfigurationError(
-            f"could not fetch the Derby jars from {MAVEN_CENTRAL} into {target} "
-            f"(missing: {', '.join(missing) or 'none'}); check that Maven Central is reachable, "
-            f"or download them there by hand. Ivy said:\n{_tail(result.stdout + result.stderr)}"
-        )
-    return target
+        return target.resolve()
+    coordinates = [
+        f"org.apache.derby:{name}:{DERBY_VERSION}" for name in ("derbynet", "derbyclient")
+    ]
+    return fetch_jars(coordinates, target, what=f"Derby {DERBY_VERSION}")
 
 
 def client_jar(folder: str | Path | None = None) -> Path:
@@ -201,7 +150,7 @@ def start_server(
     """
     jars = fetch_derby_jars(jars_dir)
     url = jdbc_url(host, port)
-    if _listening(host, port):
+    if listening(host, port):
         if _control(jars, "ping", host, port).returncode == 0:
             log.info("a Derby network server already answers on %s:%s", host, port)
             return url
@@ -210,42 +159,20 @@ def start_server(
             "choose another port (--port), and pass the URL it prints to the readers"
         )
     data = Path(data_dir).resolve()
-    data.mkdir(parents=True, exist_ok=True)
-    log_path = data / LOG_FILE
     command = [
-        _java(), f"-Dderby.system.home={data}", "-cp", _classpath(jars),
+        java(), f"-Dderby.system.home={data}", "-cp", _classpath(jars),
         SERVER_CLASS, "start", "-h", host, "-p", str(port),
     ]  # fmt: skip
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            cwd=data,
-            start_new_session=True,  # outlives the command that started it
-        )
-    (data / PID_FILE).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        if _listening(host, port) and _control(jars, "ping", host, port).returncode == 0:
-            log.info("Derby network server up on %s:%s (pid %s)", host, port, process.pid)
-            return url
-        time.sleep(0.2)
-    code = process.poll()
-    if code is None:
-        process.kill()
-        process.wait()
-        what = f"did not answer within {timeout:.0f}s"
-    else:
-        what = f"exited with code {code}"
-    (data / PID_FILE).unlink(missing_ok=True)
-    raise ConfigurationError(
-        f"the Derby network server on {host}:{port} {what}; see its log {log_path} "
-        f"(port taken? choose another with --port):\n{_tail(log_path.read_text(errors='replace'))}"
+    start_daemon(
+        command,
+        folder=data,
+        log_name=LOG_FILE,
+        pid_name=PID_FILE,
+        ready=lambda: listening(host, port) and _control(jars, "ping", host, port).returncode == 0,
+        timeout=timeout,
+        what=f"the Derby network server on {host}:{port}",
     )
+    return url
 
 
 def stop_server(
@@ -262,14 +189,14 @@ def stop_server(
     """
     jars = fetch_derby_jars(jars_dir)
     pid_file = Path(data_dir).resolve() / PID_FILE if data_dir else None
-    pid = _read_pid(pid_file)
+    pid = read_pid(pid_file)
     result = _control(jars, "shutdown", host, port)
     if result.returncode != 0:
         log.info("no Derby network server answers on %s:%s", host, port)
         if pid_file:
             pid_file.unlink(missing_ok=True)
         return False
-    if pid is not None and not _wait_gone(pid, timeout):
+    if pid is not None and not wait_gone(pid, timeout):
         raise ConfigurationError(
             f"the Derby network server (pid {pid}) is still running {timeout:.0f}s after "
             f"shutdown; end it with `kill {pid}`"
@@ -280,70 +207,14 @@ def stop_server(
     return True
 
 
-def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise ConfigurationError("java is not on PATH; install Java 17 (e.g. openjdk-17-jre)")
-    return java
-
-
-def _ivy_jar() -> Path:
-    import pyspark
-
-    jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("ivy-*.jar"))
-    if not jars:
-        raise ConfigurationError(
-            "pyspark ships no Ivy jar (pyspark/jars/ivy-*.jar) to fetch the Derby jars with; "
-            "reinstall pyspark, or put the Derby jars into the jars folder by hand"
-        )
-    return jars[-1]
-
-
 def _classpath(jars: Path) -> str:
     return os.pathsep.join(str(_jar(jars, name)) for name in SERVER_JARS)
 
 
 def _control(jars: Path, action: str, host: str, port: int) -> subprocess.CompletedProcess[str]:
-    command = [_java(), "-cp", _classpath(jars), SERVER_CLASS, action, "-h", host, "-p", str(port)]
+    command = [java(), "-cp", _classpath(jars), SERVER_CLASS, action, "-h", host, "-p", str(port)]
     try:
         # Bounded: a ping to a port some other program holds may get no answer at all.
         return subprocess.run(command, capture_output=True, text=True, timeout=10)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, 1, "", f"{action} timed out")
-
-
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def _read_pid(pid_file: Path | None) -> int | None:
-    if pid_file is None or not pid_file.is_file():
-        return None
-    text = pid_file.read_text().strip()
-    return int(text) if text.isdigit() else None
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            # Reap it if this process started it; otherwise just look whether it exists.
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return True
-        except ChildProcessError:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
-        time.sleep(0.1)
-    return False
-
-
-def _tail(text: str, lines: int = 20) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.metastore import _listening, _tail
+from lakesink.ops.jvm import listening, tail
 
 __all__ = [
     "DEFAULT_PORT",
@@ -234,7 +234,7 @@ def start_cluster(
                 f"the cluster of {folder} runs already ({previous.master_url}); "
                 f"stop it first: python -m lakesink.testing.cluster stop --dir {folder}"
             )
-    if _listening(host, port):
+    if listening(host, port):
         raise ConfigurationError(
             f"port {port} on {host} is taken; choose another master port (--port)"
         )
@@ -410,11 +410,11 @@ def _await(
             return
         if not _running(pid):
             raise ConfigurationError(
-                f"{what} exited at start; see {log_file}:\n{_tail(_read(log_file))}"
+                f"{what} exited at start; see {log_file}:\n{tail(_read(log_file))}"
             )
         time.sleep(0.25)
     raise ConfigurationError(
-        f"{what} was not up after {timeout_s:.0f}s; see {log_file}:\n{_tail(_read(log_file))}"
+        f"{what} was not up after {timeout_s:.0f}s; see {log_file}:\n{tail(_read(log_file))}"
     )
 
 

@@ -1,0 +1,225 @@
+"""Structured Streaming: lakesink as the exactly-once, audited sink of a streaming query.
+
+    from lakesink.streaming import StreamingSink
+
+    with StreamingSink(spark, "/data/orders", checkpoint_location="/chk/orders",
+                       schema="order_id BIGINT, customer STRING, amount DOUBLE") as sink:
+        query = (stream_df.writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", "/chk/orders")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    # here every micro-batch that Spark recorded as done is committed and visible
+
+The micro-batch id is the checkpoint id. Batch N is written and pre-committed inside
+``foreachBatch``; Spark then writes it to the query's commit log (``commits/N`` in the
+checkpoint location), and lakesink commits it: when batch N+1 starts, as soon as a
+``StreamingQueryListener`` reports the batch (a thread of the sink's own does the commit,
+not the listener), on leaving the ``with`` block, and on restart. What happens in which
+failure is listed in ``lakesink.core.microbatch``, which holds the engine-free logic; this
+module is the Spark side: the commit log, the listener, the ``foreachBatch`` callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.types import StructType
+
+from lakesink.core.microbatch import MicroBatchDriver
+from lakesink.delta.sink import DeltaSink, SinkOptions
+from lakesink.errors import ConfigurationError
+
+__all__ = ["Process", "StreamingSink", "recorded_batch"]
+
+log = logging.getLogger(__name__)
+
+#: Writes one micro-batch into the sinks (by name); the default writes it into the only one.
+Process = Callable[[DataFrame, Mapping[str, DeltaSink]], None]
+StepHook = Callable[[str, int], None]
+
+
+class StreamingSink:
+    """An exactly-once ``foreachBatch`` sink into one lakesink table, or several at once.
+
+    One table: give its ``path`` (and ``schema`` to create it), and ``DeltaSink`` options
+    (``validation``, ``timeout``, ``writer_id``, ...) as keywords or ``options``. Several
+    tables committed together per batch: give ``sinks`` (``DeltaSink`` objects, not
+    started, by name) and ``process``, which writes a batch into them; a validation
+    failure in one holds or aborts the batch in all.
+
+    Creating it recovers every sink from the query's commit log: batches Spark recorded
+    are committed, others aborted (Spark runs them again).
+
+    Args:
+        spark: A Delta-ready session (``lakesink.spark_session()``).
+        path: The one table's folder.
+        checkpoint_location: The query's ``checkpointLocation``, the same string.
+        schema: The one table's user columns.
+        sinks: Several tables' sinks, by name (instead of ``path``).
+        process: Writes a batch into ``sinks``: ``process(batch_df, sinks)``.
+        listen: Commit a batch as soon as Spark reports it done (a listener); without it,
+            a batch is committed when the next one starts or the ``with`` block ends.
+        step_hook: Called with a step name and the batch id (fault-injection tests).
+        options: The one table's ``SinkOptions``; ``**fields`` set them one by one.
+
+    Raises:
+        ConfigurationError: ``path`` and ``sinks`` both or neither given, several sinks
+            without ``process``, or a checkpoint location that is behind the sinks'
+            journals (deleted or replaced: its batch ids would be used twice).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        path: str | None = None,
+        *,
+        checkpoint_location: str,
+        schema: StructType | str | None = None,
+        sinks: Mapping[str, DeltaSink] | None = None,
+        process: Process | None = None,
+        listen: bool = True,
+        step_hook: StepHook | None = None,
+        options: SinkOptions | None = None,
+        **fields: Any,
+    ) -> None:
+        if (path is None) == (sinks is None):
+            raise ConfigurationError(
+                "give a StreamingSink either a table path or sinks= (several tables), not "
+                f"{'both' if path else 'neither'}"
+            )
+        if path is not None:
+            one = DeltaSink(
+                spark, path, schema=schema, options=options, step_hook=step_hook, **fields
+            )
+            sinks = {one.sink_id: one}
+        elif schema is not None or options is not None or fields:
+            raise ConfigurationError(
+                "schema=, options= and sink options belong to the DeltaSinks given as "
+                "sinks=; set them there"
+            )
+        assert sinks is not None
+        if process is None and len(sinks) > 1:
+            raise ConfigurationError(
+                f"{len(sinks)} sinks ({', '.join(sinks)}) need process=, a function that "
+                "writes each batch into them"
+            )
+        self.spark = spark
+        self.checkpoint_location = checkpoint_location
+        self._process = process or _write_to_the_only_sink
+        self._driver = MicroBatchDriver(
+            sinks,
+            recorded=lambda: recorded_batch(spark, checkpoint_location),
+            where=checkpoint_location,
+            step_hook=step_hook,
+        )
+        self._committer: _Committer | None = _Committer(self) if listen else None
+
+    @property
+    def sinks(self) -> Mapping[str, DeltaSink]:
+        """The sinks, by name."""
+        return self._driver.sinks
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """``foreachBatch``: write batch ``batch_id`` into the sinks and pre-commit it."""
+        batch_id = int(batch_id)
+        _check_is_the_querys(self.spark, self.checkpoint_location, batch_id)
+        with self._driver.batch(batch_id) as sinks:
+            self._process(batch, sinks)
+
+    def commit(self) -> list[int]:
+        """Commit the batches Spark has recorded in the commit log; return their ids."""
+        return self._driver.commit_recorded()
+
+    def close(self) -> None:
+        """Commit what Spark recorded, stop listening, close the sinks (releasing them)."""
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.stop()
+        self._driver.close()
+
+    def __enter__(self) -> StreamingSink:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def recorded_batch(spark: SparkSession, checkpoint_location: str) -> int:
+    """The last batch id in a query's commit log (``commits/``), -1 before the first."""
+    names = _list(spark, f"{checkpoint_location.rstrip('/')}/commits")
+    return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+def _write_to_the_only_sink(batch: DataFrame, sinks: Mapping[str, DeltaSink]) -> None:
+    (sink,) = sinks.values()
+    sink.write(batch)
+
+
+def _check_is_the_querys(spark: SparkSession, checkpoint_location: str, batch_id: int) -> None:
+    """Spark logs a batch's offsets before running it: without them, not the query's location."""
+    if str(batch_id) not in _list(spark, f"{checkpoint_location.rstrip('/')}/offsets"):
+        raise ConfigurationError(
+            f"micro-batch {batch_id} runs, but {checkpoint_location} has no offsets of it: "
+            "give the StreamingSink the query's checkpointLocation"
+        )
+
+
+def _list(spark: SparkSession, folder: str) -> list[str]:
+    """File names in a folder of any Hadoop file system ([] if it does not exist)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(path):
+        return []
+    return [status.getPath().getName() for status in fs.listStatus(path)]
+
+
+class _Committer(StreamingQueryListener):
+    """Commits what Spark recorded, in a thread of its own, each time a batch is reported.
+
+    ``onQueryProgress`` comes after the batch's commit log entry, on Spark's listener
+    thread; the commit (a Delta MERGE, seconds) must not hold that thread, so the listener
+    only wakes this thread up.
+    """
+
+    def __init__(self, sink: StreamingSink) -> None:
+        self._sink = sink
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="lakesink-committer", daemon=True)
+        self._thread.start()
+        sink.spark.streams.addListener(self)
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self._wake.set()
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._sink.spark.streams.removeListener(self)
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._sink.commit()
+            except Exception:  # the next batch, the close or the restart commits it
+                log.exception("committing recorded micro-batches failed; retried later")
