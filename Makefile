@@ -10,14 +10,15 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down bench bench-quick
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick
 
 setup: $(STAMP)
 
-# Fetch the Delta jars once, before parallel test workers and job processes share the cache.
+# Fetch the Delta jars (and Spark's Kafka connector, which the tests read Kafka with) once,
+# before parallel test workers and job processes share the cache.
 IVY_STAMP := $(LAKESINK_IVY_DIR)/.lakesink-warm
-$(IVY_STAMP): $(STAMP)
-	$(BIN)/python -c "from lakesink.delta.session import spark_session; spark_session(master='local[1]').stop()"
+$(IVY_STAMP): $(STAMP) Makefile
+	$(BIN)/python -c "from lakesink.delta.session import KAFKA_CONNECTOR as K, spark_session; spark_session(master='local[1]', packages=[K]).stop()"
 	touch $@
 
 $(STAMP): pyproject.toml
@@ -77,6 +78,17 @@ cluster-up: $(STAMP)
 
 cluster-down: $(STAMP)
 	$(BIN)/python -m lakesink.testing.cluster stop --dir $(CLUSTER_DIR)
+
+# A one-node Kafka broker (KRaft, 127.0.0.1) to stream orders from: README, "Structured
+# Streaming". The first start fetches its jars from Maven Central.
+KAFKA_DIR := $(CURDIR)/.cache/kafka
+KAFKA_PORT ?= 9092
+
+kafka-up: $(STAMP)
+	$(BIN)/python -m lakesink.testing.kafka start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+
+kafka-down: $(STAMP)
+	$(BIN)/python -m lakesink.testing.kafka stop --dir $(KAFKA_DIR)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,51 +110,13 @@ def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    titles = {s.key: (f"{number}. {s.title}", s) for number, s in enumerate(sections, 1)}
-    figure, axes = plt.subplots(2, 3, figsize=(17, 10))
-    _ratio_bars(
-        axes[0][0],
-        *titles["write_path"],
-        label=lambda row: f"{_short(row['rows'])} rows",
-        bars=(
-            ("pre_commit_ratio", "pre-commit"),
-            ("commit_ratio", "commit"),
-            ("total_ratio", "pre-commit + commit"),
-        ),
-        ylabel="x a plain Delta append of the same rows",
-    )
-    _seconds_lines(
-        axes[0][1],
-        *titles["commit_vs_size"],
-        x="rows",
-        ours=("commit_s", "commit (MERGE flip + journal)"),
-        xlabel="rows in the checkpoint",
-        log_y=True,
-    )
-    _seconds_lines(
-        axes[0][2],
-        *titles["commit_vs_history"],
-        x="history",
-        ours=("commit_s", "commit of one checkpoint"),
-        xlabel="committed checkpoints already in the table",
-        log_y=False,
-    )
-    _ratio_bars(
-        axes[1][0],
-        *titles["reader"],
-        label=lambda row: row["query"] + "\n" + row["table"].replace(" and ", "\n+ "),
-        bars=(("ratio", "committed view"),),
-        ylabel="x the same query on plain Delta",
-    )
-    _seconds_lines(
-        axes[1][1],
-        *titles["vacuum"],
-        x="history",
-        ours=("vacuum_s", "vacuum of one aborted checkpoint"),
-        xlabel="committed checkpoints in the table",
-        log_y=False,
-    )
-    _facts_panel(axes[1][2], header)
+    figure, axes = plt.subplots(2, 4, figsize=(22, 10))
+    panels = axes.flatten()
+    for ax, (number, section) in zip(panels, enumerate(sections, 1), strict=False):
+        _panels()[section.key](ax, f"{number}. {section.title}", section)
+    _facts_panel(panels[len(sections)], header)
+    for ax in panels[len(sections) + 1 :]:
+        ax.axis("off")
     figure.suptitle(
         f"lakesink: what exactly-once costs vs plain Delta ({header['mode']} run, "
         f"{header['machine']['date']})",
@@ -162,6 +125,55 @@ def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _panels() -> dict[str, Callable[..., None]]:
+    """How each section is drawn: against its baseline, as ratios or as seconds."""
+    return {
+        "write_path": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows",
+            bars=(
+                ("pre_commit_ratio", "pre-commit"),
+                ("commit_ratio", "commit"),
+                ("total_ratio", "pre-commit + commit"),
+            ),
+            ylabel="x a plain Delta append of the same rows",
+        ),
+        "commit_vs_size": partial(
+            _seconds_lines,
+            x="rows",
+            ours=("commit_s", "commit (MERGE flip + journal)"),
+            xlabel="rows in the checkpoint",
+            log_y=True,
+        ),
+        "commit_vs_history": partial(
+            _seconds_lines,
+            x="history",
+            ours=("commit_s", "commit of one checkpoint"),
+            xlabel="committed checkpoints already in the table",
+            log_y=False,
+        ),
+        "reader": partial(
+            _ratio_bars,
+            label=lambda row: row["query"] + "\n" + row["table"].replace(" and ", "\n+ "),
+            bars=(("ratio", "committed view"),),
+            ylabel="x the same query on plain Delta",
+        ),
+        "vacuum": partial(
+            _seconds_lines,
+            x="history",
+            ours=("vacuum_s", "vacuum of one aborted checkpoint"),
+            xlabel="committed checkpoints in the table",
+            log_y=False,
+        ),
+        "streaming": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows a batch",
+            bars=(("ratio", "StreamingSink"),),
+            ylabel="x Delta's idempotent foreachBatch write",
+        ),
+    }
 
 
 def _ratio_bars(  # type: ignore[no-untyped-def]

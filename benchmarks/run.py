@@ -11,6 +11,7 @@ generating them is never measured) and, in one run:
 3. Commit cost vs table history (committed checkpoints already in the table).
 4. Reader overhead: committed view vs plain Delta, with and without masked rows.
 5. Vacuum cost: one aborted checkpoint, in tables of growing size.
+6. Micro-batch cost: StreamingSink vs Delta's idempotent foreachBatch write.
 
 Every figure is a median of repetitions and a ratio to plain Delta work measured in the
 same run. It reports; it asserts no speed. ``--conf key=value`` passes Spark settings,
@@ -23,12 +24,13 @@ import argparse
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks import history, reader, write_path
+from benchmarks import history, reader, streaming, write_path
 from benchmarks.harness import (
     REPO,
     LoadSampler,
@@ -43,7 +45,7 @@ from benchmarks.report import Section, render_text, write_json, write_png
 from lakesink.delta.session import spark_session
 from lakesink.errors import ConfigurationError
 
-__all__ = ["FULL", "QUICK", "Suite", "main", "run"]
+__all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run"]
 
 log = logging.getLogger("benchmarks")
 
@@ -59,6 +61,8 @@ class Suite:
         history_rows: Rows per checkpoint in sections 3 and 5.
         reader_checkpoints: Committed checkpoints the reader tables hold.
         reader_rows: Rows per checkpoint in section 4.
+        stream_rows: Rows per micro-batch in section 6.
+        stream_batches: Micro-batches per query in section 6.
         repetitions: Timed repetitions behind each median.
     """
 
@@ -68,6 +72,8 @@ class Suite:
     history_rows: int
     reader_checkpoints: int
     reader_rows: int
+    stream_rows: tuple[int, ...]
+    stream_batches: int
     repetitions: int
 
 
@@ -78,6 +84,8 @@ FULL = Suite(
     history_rows=10_000,
     reader_checkpoints=10,
     reader_rows=100_000,
+    stream_rows=(10_000, 1_000_000),
+    stream_batches=4,
     repetitions=3,
 )
 QUICK = Suite(
@@ -87,6 +95,8 @@ QUICK = Suite(
     history_rows=5_000,
     reader_checkpoints=2,
     reader_rows=10_000,
+    stream_rows=(10_000,),
+    stream_batches=2,
     repetitions=1,
 )
 
@@ -98,32 +108,48 @@ SESSION_CONF = {
 }
 
 
-def run(spark: SparkSession, suite: Suite, workspace: Workspace) -> list[Section]:
-    """Measure every section in ``spark``; return them in the issue's order."""
+SECTIONS = ("write_path", "commit_vs_size", "commit_vs_history", "reader", "vacuum", "streaming")
+
+
+def run(
+    spark: SparkSession, suite: Suite, workspace: Workspace, sections: Sequence[str] = SECTIONS
+) -> list[Section]:
+    """Measure the ``sections`` in ``spark``; return them in the issue's order."""
     _warm_up(spark, workspace)
-    log.info("1-2. write path and commit by size: %s rows", sorted({*suite.write_rows}))
-    points = write_path.measure(
-        spark, workspace, [*suite.write_rows, *suite.commit_rows], suite.repetitions
-    )
-    small = cached_rows(spark, suite.history_rows)
-    log.info("3, 5. commit and vacuum vs history: %s checkpoints", list(suite.history))
-    grown = history.measure(
-        spark, workspace, small, suite.history_rows, suite.history, suite.repetitions
-    )
-    small.unpersist()
-    rows = cached_rows(spark, suite.reader_rows)
-    log.info("4. readers: %d checkpoints of %d rows", suite.reader_checkpoints, suite.reader_rows)
-    read = reader.measure(
-        spark, workspace, rows, suite.reader_rows, suite.reader_checkpoints, suite.repetitions
-    )
-    rows.unpersist()
-    return [
-        write_path.write_path_section([points[n] for n in suite.write_rows]),
-        write_path.commit_section([points[n] for n in suite.commit_rows]),
-        history.commit_history_section(grown, suite.history_rows),
-        reader.reader_section(read),
-        history.vacuum_section(grown, suite.history_rows),
-    ]
+    found: dict[str, Section] = {}
+    if {"write_path", "commit_vs_size"} & set(sections):
+        log.info("1-2. write path and commit by size: %s rows", sorted({*suite.write_rows}))
+        points = write_path.measure(
+            spark, workspace, [*suite.write_rows, *suite.commit_rows], suite.repetitions
+        )
+        found["write_path"] = write_path.write_path_section([points[n] for n in suite.write_rows])
+        found["commit_vs_size"] = write_path.commit_section([points[n] for n in suite.commit_rows])
+    if {"commit_vs_history", "vacuum"} & set(sections):
+        small = cached_rows(spark, suite.history_rows)
+        log.info("3, 5. commit and vacuum vs history: %s checkpoints", list(suite.history))
+        grown = history.measure(
+            spark, workspace, small, suite.history_rows, suite.history, suite.repetitions
+        )
+        small.unpersist()
+        found["commit_vs_history"] = history.commit_history_section(grown, suite.history_rows)
+        found["vacuum"] = history.vacuum_section(grown, suite.history_rows)
+    if "reader" in sections:
+        rows = cached_rows(spark, suite.reader_rows)
+        log.info(
+            "4. readers: %d checkpoints of %d rows", suite.reader_checkpoints, suite.reader_rows
+        )
+        read = reader.measure(
+            spark, workspace, rows, suite.reader_rows, suite.reader_checkpoints, suite.repetitions
+        )
+        rows.unpersist()
+        found["reader"] = reader.reader_section(read)
+    if "streaming" in sections:
+        log.info("6. micro-batches of %s rows", list(suite.stream_rows))
+        streamed = streaming.measure(
+            spark, workspace, suite.stream_rows, suite.stream_batches, suite.repetitions
+        )
+        found["streaming"] = streaming.streaming_section(streamed)
+    return [found[key] for key in SECTIONS if key in sections]
 
 
 def _warm_up(spark: SparkSession, workspace: Workspace) -> None:
@@ -154,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="CI-sized data, fewer repetitions")
     parser.add_argument("--out", type=Path, help="folder for bench.json and bench.png")
     parser.add_argument("--repetitions", type=int, help="override the suite's repetitions")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        metavar="SECTION",
+        help=f"measure only these ({', '.join(SECTIONS)}; default: all)",
+    )
     parser.add_argument("--work-dir", help="where the tables go (default: system temp)")
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
@@ -161,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("lakesink").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback
     suite = QUICK if args.quick else FULL
     if args.repetitions:
         suite = Suite(**{**asdict(suite), "repetitions": args.repetitions})
@@ -178,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         about = machine(spark)
         with LoadSampler() as load:
-            sections = run(spark, suite, workspace)
+            sections = run(spark, suite, workspace, args.sections)
     finally:
         workspace.close()
         spark.stop()

@@ -1,10 +1,11 @@
-"""The demo: sample orders -> ingest job killed mid-checkpoint -> restart -> vacuum -> proof.
+"""The demo: sample orders -> streaming ingest killed mid-batch -> restart -> vacuum -> proof.
 
     python jobs/demo.py [--out demo-output] [--orders 3000]
 
-Each step runs as its own process, as a scheduler would run it. The ingest job is killed
-with SIGKILL in checkpoint 2, after its rows were pre-committed and before the checkpoint
-was recorded; the restart aborts those rows, re-reads the files and goes on, and the
+Each step runs as its own process, as a scheduler would run it. The ingest job (a
+Structured Streaming query, ``availableNow``) is killed with SIGKILL in micro-batch 1,
+after its rows were pre-committed and before Spark recorded the batch in its commit log;
+the restart aborts those rows, Spark runs batch 1 again from the same files, and the
 vacuum job removes the aborted rows. Exits 0 only if every order is committed exactly once.
 """
 
@@ -66,14 +67,14 @@ def main() -> int:
     ]
     if step("generate sample orders", generate, logs / "generate.log") != 0:
         return 1
-    crash_env = {**os.environ, "LAKESINK_CRASH_AT": "after_pre_commit@2"}
-    title = "ingest, killed with SIGKILL in checkpoint 2 (pre-committed, not yet recorded)"
+    crash_env = {**os.environ, "LAKESINK_CRASH_AT": "after_pre_commit@1"}
+    title = "ingest, killed with SIGKILL in batch 1 (pre-committed, not in Spark's commit log)"
     code = step(title, ingest, logs / "ingest-killed.log", env=crash_env)
     killed = code == -signal.SIGKILL
     print(f"ingest exited with {code}: " + ("killed by SIGKILL" if killed else "expected SIGKILL"))
     if not killed:
         return 1
-    title = "ingest again: aborts checkpoint 2's transactions, re-reads its files, goes on"
+    title = "ingest again: aborts batch 1's first attempt, Spark runs batch 1 again, goes on"
     if step(title, ingest, logs / "ingest-restart.log") != 0:
         return 1
     vacuum = [python, str(JOBS / "vacuum.py"), "--table", str(orders)]

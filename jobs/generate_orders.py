@@ -10,6 +10,7 @@ import json
 import os
 import random
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,7 +22,10 @@ def generate(landing: Path, *, orders: int, files: int, first_id: int = 1, seed:
     start = datetime(2026, 11, 1, tzinfo=timezone.utc)
     per_file = -(-orders // files)
     written = 0
-    for _ in range(files):
+    # Spark's file source takes files in modification-time order: one second apart, in name
+    # order, so each batch takes the next files whatever the clock's resolution.
+    first_mtime = time.time() - files
+    for index in range(files):
         ids = range(first_id + written, first_id + min(written + per_file, orders))
         lines = [
             json.dumps(
@@ -38,6 +42,7 @@ def generate(landing: Path, *, orders: int, files: int, first_id: int = 1, seed:
         # Write under a hidden name, then rename: the job never sees a half-written file.
         temporary = landing / f".{name}.tmp"
         temporary.write_text("\n".join(lines) + "\n")
+        os.utime(temporary, (first_mtime + index, first_mtime + index))
         os.replace(temporary, landing / name)
         written += len(lines)
     return written

@@ -38,12 +38,13 @@ TEST_SPARK_CONF = {
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from lakesink.delta.session import spark_session
+    from lakesink.delta.session import KAFKA_CONNECTOR, spark_session
 
     warehouse = tmp_path_factory.mktemp("warehouse")
     session = spark_session(
         master="local[2]",
         app_name="lakesink-tests",
+        packages=[KAFKA_CONNECTOR],
         conf={**TEST_SPARK_CONF, **FULL_JIT, "spark.sql.warehouse.dir": str(warehouse)},
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -71,6 +72,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "spark_cluster" in fixtures:  # one worker runs them all: one cluster, not two
             item.add_marker(pytest.mark.xdist_group("cluster"))
             item.add_marker(pytest.mark.cluster)
+        if "kafka_broker" in fixtures:  # one worker runs them all: one broker, not two
+            item.add_marker(pytest.mark.xdist_group("kafka"))
         if "quick_run" in fixtures:  # one worker makes the quick benchmark run, once
             item.add_marker(pytest.mark.xdist_group("bench"))
             item.add_marker(pytest.mark.bench)
@@ -98,3 +101,4 @@ def pytest_configure(config: pytest.Config) -> None:
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped),
 # and the summary lines with the figures those tests record.
 from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401
+from kafka_fixture import kafka_broker  # noqa: E402, F401

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 from conftest import FULL_JIT
 
-from benchmarks.run import QUICK
+from benchmarks.run import QUICK, SECTIONS
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = ["write_path", "commit_vs_size", "commit_vs_history", "reader", "vacuum"]
 
 
 # Session scope: xdist may run other modules' tests between these on the worker of the
@@ -74,7 +73,7 @@ def test_header_names_the_machine_the_versions_and_the_load(quick_run) -> None:
 def test_every_section_measured_every_point_against_its_baseline(quick_run) -> None:
     report, _, _ = quick_run
     sections = report["sections"]
-    assert list(sections) == SECTIONS
+    assert list(sections) == list(SECTIONS)
     reps = QUICK.repetitions
 
     write = sections["write_path"]["rows"]
@@ -125,6 +124,15 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _positive(row, "vacuum_s", "plain_append_s", "files_removed", "table_rows")
         _ratio_of(row, "ratio", "vacuum_s", "plain_append_s")
     assert vacuums[-1]["table_rows"] > vacuums[0]["table_rows"]
+
+    streamed = sections["streaming"]["rows"]  # both queries' rows were checked by the run
+    assert [(r["rows"], r["batches"]) for r in streamed] == [
+        (n, QUICK.stream_batches) for n in QUICK.stream_rows
+    ]
+    for row in streamed:
+        _positive(row, "foreach_batch_s", "lakesink_s")
+        _ratio_of(row, "ratio", "lakesink_s", "foreach_batch_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
-"""The ingest job on a real Spark standalone cluster: task retries, speculation, dead JVMs.
+"""The ingest job (a streaming query) on a real Spark standalone cluster: task retries,
+speculation, dead JVMs.
 
 The cluster is a master and two 1-core workers, each its own JVM (``spark_cluster``), and
 the job runs through ``spark-submit`` as the README says, with aggressive speculative
 execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
-a task of checkpoint 2's pre-commit write, an executor while it runs a task of checkpoint
-3's commit MERGE of the orders sink, and the driver in the middle of checkpoint 3's MERGE
-of the totals sink, after the orders sink committed; the job is then restarted. One run
+a task of micro-batch 1's pre-commit write, an executor while it runs a task of batch 2's
+commit MERGE of the orders sink, and the driver in the middle of batch 2's MERGE of the
+totals sink, after the orders sink committed; the job is then restarted. One run
 for all of them, because a job start on the cluster costs more than any test's checks.
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
@@ -37,13 +38,13 @@ from test_ingest_crash import generate
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.checkpoints import DeltaCheckpointStore
 from lakesink.delta.format import TXN_ID, VISIBLE
 from lakesink.delta.journal import Journal
 from lakesink.delta.session import delta_maven_coordinate
+from lakesink.streaming import recorded_batch
 from lakesink.testing.cluster import LocalCluster, submit_command
 
-ORDERS, FILES = 30_000, 6  # three checkpoints of two files, 10,000 orders each
+ORDERS, FILES = 30_000, 6  # three micro-batches (0, 1, 2) of two files, 10,000 orders each
 README = Path(__file__).resolve().parent.parent / "README.md"
 # The MERGE's stage that writes the flipped rows into new files.
 MERGE_WRITE = stage_is("Writing modified data - MERGE")
@@ -139,10 +140,10 @@ class FaultedRun:
 
     work: Path
     job: SubmittedJob
-    worker_victim: dict  # its whole worker JVM killed during checkpoint 2's append
-    merge_victim: dict  # killed alone during checkpoint 3's commit MERGE
-    last_checkpoint_at_kill: int  # recorded when the driver died in checkpoint 3's MERGE
-    states_at_kill: dict[str, TxnState]  # sink id -> its checkpoint 3 transaction's, then
+    worker_victim: dict  # its whole worker JVM killed during batch 1's append
+    merge_victim: dict  # killed alone during batch 2's commit MERGE
+    last_checkpoint_at_kill: int  # in Spark's commit log when the driver died in 2's MERGE
+    states_at_kill: dict[str, TxnState]  # sink id -> its batch 2 transaction's, then
     restarted: SubmittedJob
 
 
@@ -155,25 +156,25 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         work,
         *ingest_arguments(work),
         conf=SPECULATION,
-        env={"LAKESINK_HOLD_AT": "before_append@2,after_record@3,after_flip@3"},
+        env={"LAKESINK_HOLD_AT": "before_append@1,after_record@2,after_flip@2"},
     )
     try:
-        # The orders sink writes first: its append of checkpoint 2 is the only "save" stage
+        # The orders sink writes first: its append of batch 1 is the only "save" stage
         # between its before_append and after_append markers.
         with job.stepped_until(
-            stage_is("save at"), held="before_append@2", before="after_append@2.1"
+            stage_is("save at"), held="before_append@1", before="after_append@1.1"
         ) as busy:
             worker_victim = busy[0]
             host = worker_victim["hostPort"].rsplit(":", 1)[0]
             (worker,) = [w for w in spark_cluster.workers if w.host == host]
             spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
         spark_cluster.revive()
-        # Checkpoint 3 is complete (recorded): its commits come next, orders first.
-        with job.stepped_until(MERGE_WRITE, held="after_record@3", before="after_flip@3.1") as busy:
+        # Batch 2 is in Spark's commit log: its commits come next, orders first.
+        with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1") as busy:
             merge_victim = busy[0]
             os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
-        # The orders sink committed checkpoint 3: the totals sink's commit comes next.
-        with job.stepped_until(MERGE_WRITE, held="after_flip@3", before="after_flip@3.2"):
+        # The orders sink committed batch 2: the totals sink's commit comes next.
+        with job.stepped_until(MERGE_WRITE, held="after_flip@2", before="after_flip@2.2"):
             job.kill_driver()
     except BaseException:
         # A job left held at a step would keep both workers' cores, and the next cluster
@@ -183,13 +184,13 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         raise
     finally:
         spark_cluster.revive()
-    last = DeltaCheckpointStore(spark, str(work / "state")).latest("ingest")
+    last = recorded_batch(spark, str(work / "state" / "ingest"))
     journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
     states = {
         sink: t.state
         for sink in ("orders", "totals")
         for t in journal.transactions(sink)
-        if t.checkpoint_id == 3
+        if t.checkpoint_id == 2
     }
     restarted = submit_ingest(spark_cluster, work, *ingest_arguments(work), name="restarted")
     assert restarted.wait() == 0, restarted.tail()
@@ -198,7 +199,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         job=job,
         worker_victim=worker_victim,
         merge_victim=merge_victim,
-        last_checkpoint_at_kill=last.checkpoint_id,
+        last_checkpoint_at_kill=last,
         states_at_kill=states,
         restarted=restarted,
     )
@@ -243,10 +244,10 @@ def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun)
 
 @pytest.mark.slow
 def test_driver_killed_during_the_commit_merge_then_restarted(spark, faulted_run: FaultedRun):
-    # It died inside the commit: checkpoint 3 was recorded and its orders committed, its
-    # totals not yet.
+    # It died inside the commit: batch 2 was in Spark's commit log and its orders committed,
+    # its totals not yet.
     assert faulted_run.job.process.returncode == -signal.SIGKILL
-    assert faulted_run.last_checkpoint_at_kill == 3
+    assert faulted_run.last_checkpoint_at_kill == 2
     assert faulted_run.states_at_kill["orders"] is TxnState.COMMITTED
     assert faulted_run.states_at_kill["totals"] is not TxnState.COMMITTED
     # The restart finished that commit: every order once.

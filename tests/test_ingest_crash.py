@@ -1,16 +1,19 @@
-"""The ingest job as a real process, killed with SIGKILL at each protocol point, restarted.
+"""The ingest job, a streaming query, as a real process killed with SIGKILL at each point.
 
 One chain of runs over one landing folder: each run restarts from what the previous one
-left and is itself killed at the next point; a last run finishes. So each restart recovers
-from a kill at another point, with five job processes where a run and a restart per point
-would take eight.
+left and is itself killed at the next point; a last run finishes. The points: after a
+batch's pre-commit, before Spark's commit log entry (the batch is replayed: a new
+transaction under the same batch id); after the commit log entry, before lakesink's commit
+(committed on restart); and during the commit's MERGE, in the recovery of a restart that
+has no new input. Kafka gets its own chain over a real broker. (A kill during a batch's
+write is one more replay; ``test_delta_sink.py`` crashes every sink step in process.)
 
 How the tests know nothing is lost or duplicated: each run really died by the signal at
 its point (exit status -9, the crash log line); right after each kill the committed view
-holds whole checkpoints only (a prefix of the order ids, each once, since every
-checkpoint takes the next two files in name order); after the last run every generated
-order is committed exactly once, in both sinks. And every tool names the same checkpoint
-ids: the job's records, ``lakesink status`` and both sinks' journals.
+holds whole batches only (a prefix of the order ids, each once, since every batch takes
+the next two files); after the last run every generated order is committed exactly once,
+in both sinks. And every tool names the same checkpoint ids: Spark's commit log,
+``lakesink status`` and both sinks' journals.
 """
 
 from __future__ import annotations
@@ -25,47 +28,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kafka_fixture import produce
 
 from lakesink import committed
 from lakesink.core import TxnState
 from lakesink.delta.journal import Journal
+from lakesink.streaming import recorded_batch
 
 pytestmark = pytest.mark.slow
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
-ORDERS, FILES = 150, 6  # 25 orders a file, 2 files a checkpoint: 3 checkpoints of 50
+ORDERS, FILES = 150, 6  # 25 orders a file, 2 files a batch: batches 0, 1, 2 of 50 each
 PER_CHECKPOINT = 50
 # The kills, in the order the chain makes them (each run's restart recovers the one before),
-# and how many whole checkpoints the committed view may hold right after each. A checkpoint
-# id is never used twice: input of an attempt that died before its record is read again
-# under the next id.
+# and how many whole batches the committed view may hold right after each.
 CRASH_POINTS = {
-    "before_append@2+300": {1},  # during the write of checkpoint 2's rows
-    "after_pre_commit@3": {1},  # between the pre-commits and the record: aborted, redone
-    "after_record@4": {1},  # between the record and the commits
-    # During the commit's MERGE of checkpoint 5, after the restart committed 4; the MERGE
-    # is one Delta commit, so 5 is either all there or not at all.
-    "before_flip@5+200": {2, 3},
+    "after_pre_commit@1": {1},  # pre-committed, not in Spark's commit log: replayed
+    # The restart runs batch 1 again and 2; 2 is in Spark's commit log, not committed yet.
+    "after_record@2": {2},
+    # The restart has no new input: its recovery commits batch 2, and dies in the MERGE,
+    # which is one Delta commit, so 2 is either all there or not at all.
+    "before_flip@2+200": {2, 3},
 }
-RECORDED = [1, 4, 5]
-# Aborted attempts, by sink: the kill in checkpoint 2 came during the orders' append, before
-# the totals sink wrote anything (so its journal has nothing of 2).
-ABORTED = {"orders": [2, 3], "totals": [3]}
+RECORDED = [0, 1, 2]
+ABORTED = [1]  # the first attempt of batch 1, in both sinks
 
 
-def ingest_command(tmp_path: Path, *extra: str) -> list[str]:
-    """The ingest job over ``tmp_path``'s landing folder, two sinks, 2 files a checkpoint."""
+def ingest_command(tmp_path: Path, *extra: str, source: tuple[str, ...] = ()) -> list[str]:
+    """The ingest job over ``tmp_path``'s landing folder, two sinks; or over ``source``,
+    the orders sink alone."""
+    totals = () if source else ("--totals-table", str(tmp_path / "totals"))
     return [
         sys.executable,
         str(JOBS / "ingest.py"),
         "--master",
         "local[2]",
-        "--landing",
-        str(tmp_path / "landing"),
+        *(source or ("--landing", str(tmp_path / "landing"))),
         "--table",
         str(tmp_path / "orders"),
-        "--totals-table",
-        str(tmp_path / "totals"),
+        *totals,
         "--state",
         str(tmp_path / "state"),
         "--files-per-checkpoint",
@@ -75,12 +76,12 @@ def ingest_command(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def ingest(
-    tmp_path: Path, crash_at: str | None = None, *extra: str
+    tmp_path: Path, crash_at: str | None = None, *extra: str, source: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"}
     if crash_at:
         env["LAKESINK_CRASH_AT"] = crash_at
-    command = ingest_command(tmp_path, *extra)
+    command = ingest_command(tmp_path, *extra, source=source)
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
 
 
@@ -117,25 +118,23 @@ class Chain:
     kills: dict[str, Kill]
     last_run: subprocess.CompletedProcess[str]
     committed_ids: Counter[int]
-    committed_totals: int
+    committed_totals: int | None  # None: a chain without the totals sink
 
 
 def committed_ids(spark, tmp_path: Path) -> Counter[int]:
     return Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
 
 
-# Session scope with one xdist group: the chain runs once even if xdist interleaves other
-# modules' tests on this worker.
-@pytest.fixture(scope="session")
-def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
-    tmp_path = tmp_path_factory.mktemp("ingest-crash")
-    generate(tmp_path)
+def run_chain(spark, tmp_path: Path, points, source: tuple[str, ...] = (), *extra: str) -> Chain:
+    """Run the job once per crash point, each run killed there, then once to the end."""
     kills = {}
-    for point in CRASH_POINTS:
-        run = ingest(tmp_path, point)
+    for point in points:
+        run = ingest(tmp_path, point, *extra, source=source)
         kills[point] = Kill(point=point, run=run, committed_ids=committed_ids(spark, tmp_path))
-    last_run = ingest(tmp_path)
-    totals = committed(spark, str(tmp_path / "totals")).groupBy().sum("orders").first()[0]
+    last_run = ingest(tmp_path, None, *extra, source=source)
+    totals = None
+    if (tmp_path / "totals").exists():
+        totals = committed(spark, str(tmp_path / "totals")).groupBy().sum("orders").first()[0]
     return Chain(
         work=tmp_path,
         kills=kills,
@@ -145,47 +144,91 @@ def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     )
 
 
-@pytest.mark.xdist_group("ingest_crash")
-@pytest.mark.parametrize("point", list(CRASH_POINTS))
-def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point: str) -> None:
-    kill = chain.kills[point]
-    assert kill.run.returncode == -signal.SIGKILL, kill.run.stderr[-3000:]
-    step, checkpoint = point.split("+")[0].split("@")
-    assert f"crash injection: SIGKILL at {step} of checkpoint {checkpoint}" in kill.run.stderr
+# Session scope with one xdist group: the chain runs once even if xdist interleaves other
+# modules' tests on this worker.
+@pytest.fixture(scope="session")
+def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    tmp_path = tmp_path_factory.mktemp("ingest-crash")
+    generate(tmp_path)
+    return run_chain(spark, tmp_path, CRASH_POINTS)
 
-    # Right after the kill: whole checkpoints only, each order once, nothing of a
-    # checkpoint whose commit had not finished.
+
+@pytest.fixture(scope="session")
+def kafka_chain(spark, kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    """The same orders as messages of a topic; one run killed before the commit log."""
+    tmp_path = tmp_path_factory.mktemp("ingest-crash-kafka")
+    generate(tmp_path)
+    lines = [
+        line
+        for f in sorted((tmp_path / "landing").iterdir())
+        for line in f.read_text().splitlines()
+    ]
+    produce(spark, kafka_broker, "orders", lines, partition=0)  # in order: batches are prefixes
+    source = ("--kafka", kafka_broker.bootstrap_servers, "--topic", "orders")
+    return run_chain(
+        spark,
+        tmp_path,
+        ["after_pre_commit@1"],
+        source,
+        "--records-per-checkpoint",
+        str(PER_CHECKPOINT),
+    )
+
+
+def assert_killed_leaving_whole_batches(kill: Kill, allowed: set[int]) -> None:
+    """The run died by SIGKILL at its point, and left only whole batches visible, once."""
+    assert kill.run.returncode == -signal.SIGKILL, kill.run.stderr[-3000:]
+    step, checkpoint = kill.point.split("+")[0].split("@")
+    assert f"crash injection: SIGKILL at {step} of checkpoint {checkpoint}" in kill.run.stderr
     assert max(kill.committed_ids.values(), default=1) == 1, "an order was committed twice"
     whole = len(kill.committed_ids) // PER_CHECKPOINT
     assert set(kill.committed_ids) == set(range(1, whole * PER_CHECKPOINT + 1)), (
-        f"the kill at {point} left part of a checkpoint visible"
+        f"the kill at {kill.point} left part of a batch visible"
     )
-    assert whole in CRASH_POINTS[point], f"{whole} checkpoints committed after the kill"
+    assert whole in allowed, f"{whole} batches committed after the kill at {kill.point}"
 
-    # After the restarts that followed: every order exactly once, in both sinks.
+
+def assert_every_order_once(chain: Chain) -> None:
     assert chain.last_run.returncode == 0, chain.last_run.stderr[-3000:]
     assert set(chain.committed_ids) == set(range(1, ORDERS + 1)), "an order was lost"
     assert max(chain.committed_ids.values()) == 1, "an order was committed twice"
-    assert chain.committed_totals == ORDERS  # the second sink of the same checkpoints
 
 
 @pytest.mark.xdist_group("ingest_crash")
-def test_the_records_the_status_and_the_journals_name_the_same_checkpoint_ids(
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point: str) -> None:
+    assert_killed_leaving_whole_batches(chain.kills[point], CRASH_POINTS[point])
+    assert_every_order_once(chain)  # after the restarts that followed
+    assert chain.committed_totals == ORDERS  # the second sink of the same batches
+
+
+def test_a_killed_kafka_query_replays_its_batch_and_commits_every_record_once(
+    kafka_chain: Chain,
+) -> None:
+    (kill,) = kafka_chain.kills.values()
+    assert_killed_leaving_whole_batches(kill, {1})
+    assert_every_order_once(kafka_chain)
+
+
+@pytest.mark.xdist_group("ingest_crash")
+def test_the_commit_log_the_status_and_the_journals_name_the_same_checkpoint_ids(
     spark, chain: Chain, capsys
 ) -> None:
     from lakesink.cli import main
 
-    assert main(["checkpoints", "--state", str(chain.work / "state"), "--json"]) == 0
-    records = json.loads(capsys.readouterr().out)
-    assert [r["checkpoint_id"] for r in records] == RECORDED
-    assert [len(r["items"]) for r in records] == [2, 2, 2]
+    # Spark's commit log is the checkpoint record: its batch ids are the checkpoint ids.
+    assert recorded_batch(spark, str(chain.work / "state" / "ingest")) == RECORDED[-1]
+    printed = [
+        line.split(":")[0] for r in [*chain.kills.values()] for line in r.run.stdout.splitlines()
+    ]
+    assert {p for p in printed if p.startswith("batch ")} <= {f"batch {i}" for i in RECORDED}
 
     for sink in ("orders", "totals"):
         assert main(["status", str(chain.work / sink), "--json"]) == 0
         (status,) = json.loads(capsys.readouterr().out)["sinks"]
         assert status["last_committed_checkpoint"] == RECORDED[-1]
         assert status["pending"] == [] and status["held"] == []
-        assert sorted({t["checkpoint_id"] for t in status["aborted"]}) == ABORTED[sink]
+        assert sorted({t["checkpoint_id"] for t in status["aborted"]}) == ABORTED
         journal = Journal(spark, str(chain.work / "_lakesink_journal"), create=False)
         committed_ids = [
             t.checkpoint_id for t in journal.transactions(sink) if t.state is TxnState.COMMITTED
