@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord, CheckpointStore, ProcessLock, Quarantined
+from lakesink.delta.append import append_rows
 from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import TableNotFoundError
@@ -73,8 +74,7 @@ class DeltaCheckpointStore(CheckpointStore):
 
     def append(self, *records: CheckpointRecord) -> None:
         """Record checkpoints in one Delta commit (one, normally: the moment it completes)."""
-        frame = self.spark.createDataFrame([to_row(r) for r in records], CHECKPOINTS_SCHEMA)
-        frame.write.format("delta").mode("append").save(self.path)
+        append_rows(self.path, [to_row(r) for r in records])
 
     def history(self, job_id: str) -> list[CheckpointRecord]:
         return self._select(job_id, "ASC")

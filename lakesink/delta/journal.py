@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
+from lakesink.delta.append import append_rows
 from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
 
 __all__ = [
@@ -177,10 +178,7 @@ class Journal:
 
     def record(self, *entries: JournalEntry) -> None:
         """Append the entries in one Delta commit (a blind append: it never conflicts)."""
-        if not entries:
-            return
-        frame = self.spark.createDataFrame([e.as_row() for e in entries], JOURNAL_SCHEMA)
-        frame.write.format("delta").mode("append").save(self.path)
+        append_rows(self.path, [e.as_row() for e in entries])
         for entry in entries:
             log.debug("journal: %s", entry)
 
