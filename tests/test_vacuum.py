@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -284,6 +285,30 @@ def test_aborted_after_a_pre_commit_goes_but_aborted_after_a_commit_decision_sta
 
     assert report.txn_ids == (recovered,) and report.skipped_txn_ids == (decided,)
     assert report.rows_removed == 1
+
+
+def test_retain_hours_is_the_retention_delta_applies(spark, table):
+    """Files of known age: older than --retain-hours go, younger stay (not the table's 168 h).
+
+    Delta 4.4 ignores RETAIN n HOURS for n other than 0 unless told not to: then neither
+    stray file here would go, and the report would name a retention that was not used.
+    """
+    abort_one(spark, table, [1])
+    now = time.time()
+    stray = {}
+    for name, age_hours in (("old", 10), ("young", 1)):
+        path = table / f"part-stray-{name}.parquet"
+        path.write_bytes(b"not referenced by the table")
+        os.utime(path, (now - age_hours * 3600, now - age_hours * 3600))
+        stray[name] = path
+
+    dry = vacuum(spark, str(table), retain_hours=5, allow_short_retention=True, dry_run=True)
+    report = vacuum(spark, str(table), retain_hours=5, allow_short_retention=True)
+
+    assert dry.files_removed == report.files_removed == 1  # the aborted rows' file is 0 h old
+    assert report.retain_hours == 5
+    assert not stray["old"].exists()
+    assert stray["young"].exists()
 
 
 def test_a_too_short_retention_without_the_flag_is_refused(spark, table):

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retain-hours",
         type=float,
-        help="Delta VACUUM retention (default: the table's deletedFileRetentionDuration)",
+        help="delete only unreferenced files older than this many hours, which is what "
+        "Delta VACUUM RETAIN then applies (default: the table's deletedFileRetentionDuration)",
     )
     parser.add_argument(
         "--allow-short-retention",

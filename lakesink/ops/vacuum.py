@@ -42,7 +42,12 @@ from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, commit_metadata, read_sink_table
 from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 from lakesink.delta.sink import writer_lock
-from lakesink.delta.spark import CommitRetry, retry_on_conflict, session_commit_metadata
+from lakesink.delta.spark import (
+    CommitRetry,
+    retry_on_conflict,
+    session_commit_metadata,
+    session_conf,
+)
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import ConfigurationError
 
@@ -59,6 +64,7 @@ log = logging.getLogger(__name__)
 
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+RETENTION_WINDOW_CONF = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default for delta.deletedFileRetentionDuration
 _HOURS_PER_UNIT = {
     "week": 168.0,
@@ -507,10 +513,12 @@ def _vacuum_files(
     """Run VACUUM DRY RUN (and VACUUM unless ``dry_run``); return files and bytes."""
     hours, short = plan.retain_hours, plan.short_retention
     statement = f"VACUUM {delta_path(plan.table_path)} RETAIN {_number(hours)} HOURS"
-    previous = spark.conf.get(RETENTION_CHECK_CONF, None)
-    if short:  # only for these two commands; restored below whatever happens
-        spark.conf.set(RETENTION_CHECK_CONF, "false")
-    try:
+    # Delta 4.4 ignores RETAIN n for any n but 0 unless told not to, and uses the table's
+    # own retention: the plan's would be reported, another one applied.
+    settings = {RETENTION_WINDOW_CONF: "false"}
+    if short:  # only for these two commands, like the window setting
+        settings[RETENTION_CHECK_CONF] = "false"
+    with session_conf(spark, settings):
         files = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()} | pending
         size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
         log.info(
@@ -523,12 +531,6 @@ def _vacuum_files(
         )
         if not dry_run:
             spark.sql(statement).collect()
-    finally:
-        if short:
-            if previous is None:
-                spark.conf.unset(RETENTION_CHECK_CONF)
-            else:
-                spark.conf.set(RETENTION_CHECK_CONF, previous)
     return len(files), size
 
 
