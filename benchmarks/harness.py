@@ -40,6 +40,7 @@ __all__ = [
     "alternate",
     "batch",
     "cached_rows",
+    "check_rows",
     "create_plain_table",
     "delta_files",
     "last_operation_metrics",
@@ -134,6 +135,13 @@ def cached_rows(spark: SparkSession, rows: int) -> DataFrame:
 def batch(frame: DataFrame, index: int, rows: int) -> DataFrame:
     """The cached rows with their ids moved to the ``index``-th block: distinct rows, no cost."""
     return frame.withColumn("id", F.col("id") + index * rows)
+
+
+def check_rows(frame: DataFrame, expected: int, what: str) -> None:
+    """Raise unless ``frame`` holds ``expected`` rows (a run that lost or doubled rows)."""
+    found = frame.count()
+    if found != expected:
+        raise BenchmarkError(f"{what} has {found} rows, expected {expected}")
 
 
 def create_plain_table(spark: SparkSession, path: str, schema: StructType) -> None:

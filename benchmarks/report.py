@@ -173,6 +173,12 @@ def _panels() -> dict[str, Callable[..., None]]:
             bars=(("ratio", "StreamingSink"),),
             ylabel="x Delta's idempotent foreachBatch write",
         ),
+        "checkpoint": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows a sink",
+            bars=(("ratio", "checkpoint, two sinks"),),
+            ylabel="x two plain Delta appends",
+        ),
     }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks import history, reader, streaming, write_path
+from benchmarks import checkpoint, history, reader, streaming, write_path
 from benchmarks.harness import (
     REPO,
     LoadSampler,
@@ -63,6 +63,8 @@ class Suite:
         reader_rows: Rows per checkpoint in section 4.
         stream_rows: Rows per micro-batch in section 6.
         stream_batches: Micro-batches per query in section 6.
+        checkpoint_rows: Rows per sink and checkpoint in section 7.
+        checkpoints: Checkpoints per repetition in section 7.
         repetitions: Timed repetitions behind each median.
     """
 
@@ -74,6 +76,8 @@ class Suite:
     reader_rows: int
     stream_rows: tuple[int, ...]
     stream_batches: int
+    checkpoint_rows: tuple[int, ...]
+    checkpoints: int
     repetitions: int
 
 
@@ -86,6 +90,8 @@ FULL = Suite(
     reader_rows=100_000,
     stream_rows=(10_000, 1_000_000),
     stream_batches=4,
+    checkpoint_rows=(10_000, 100_000),
+    checkpoints=4,
     repetitions=3,
 )
 QUICK = Suite(
@@ -97,6 +103,8 @@ QUICK = Suite(
     reader_rows=10_000,
     stream_rows=(10_000,),
     stream_batches=2,
+    checkpoint_rows=(10_000,),
+    checkpoints=2,
     repetitions=1,
 )
 
@@ -108,7 +116,15 @@ SESSION_CONF = {
 }
 
 
-SECTIONS = ("write_path", "commit_vs_size", "commit_vs_history", "reader", "vacuum", "streaming")
+SECTIONS = (
+    "write_path",
+    "commit_vs_size",
+    "commit_vs_history",
+    "reader",
+    "vacuum",
+    "streaming",
+    "checkpoint",
+)
 
 
 def run(
@@ -149,6 +165,12 @@ def run(
             spark, workspace, suite.stream_rows, suite.stream_batches, suite.repetitions
         )
         found["streaming"] = streaming.streaming_section(streamed)
+    if "checkpoint" in sections:
+        log.info("7. checkpoints of two sinks, %s rows each", list(suite.checkpoint_rows))
+        whole = checkpoint.measure(
+            spark, workspace, suite.checkpoint_rows, suite.checkpoints, suite.repetitions
+        )
+        found["checkpoint"] = checkpoint.checkpoint_section(whole)
     return [found[key] for key in SECTIONS if key in sections]
 
 

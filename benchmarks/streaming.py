@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.harness import (
-    BenchmarkError,
     Timing,
     Workspace,
     alternate,
     batch,
     cached_rows,
+    check_rows,
     timed,
 )
 from benchmarks.report import Column, Section
@@ -60,14 +60,20 @@ def measure(
         def plain(rows=rows, files=files, source=source) -> dict[str, float]:
             folder = workspace.folder(f"stream-plain-{rows}")
             seconds = timed(lambda: _foreach_batch_query(source.parquet(files), folder))
-            _check_rows(spark.read.format("delta").load(f"{folder}/table"), rows * batches)
+            check_rows(
+                spark.read.format("delta").load(f"{folder}/table"),
+                rows * batches,
+                "a streaming query table",
+            )
             workspace.drop(folder)
             return {"foreach_batch": seconds / batches}
 
         def lakesink(rows=rows, files=files, source=source) -> dict[str, float]:
             folder = workspace.folder(f"stream-lakesink-{rows}")
             seconds = timed(lambda: _lakesink_query(spark, source.parquet(files), folder))
-            _check_rows(committed(spark, f"{folder}/table"), rows * batches)
+            check_rows(
+                committed(spark, f"{folder}/table"), rows * batches, "a streaming query table"
+            )
             workspace.drop(folder)
             return {"lakesink": seconds / batches}
 
@@ -137,9 +143,3 @@ def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str) -> None
     ) as sink:
         query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", location)
         query.trigger(availableNow=True).start().awaitTermination()
-
-
-def _check_rows(frame: DataFrame, expected: int) -> None:
-    found = frame.count()
-    if found != expected:
-        raise BenchmarkError(f"a streaming query wrote {found} rows, expected {expected}")

@@ -134,6 +134,15 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _ratio_of(row, "ratio", "lakesink_s", "foreach_batch_s")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
+    whole = sections["checkpoint"]["rows"]  # every table's rows were checked by the run
+    assert [(r["rows"], r["checkpoints"]) for r in whole] == [
+        (n, QUICK.checkpoints) for n in QUICK.checkpoint_rows
+    ]
+    for row in whole:
+        _positive(row, "plain_s", "lakesink_s")
+        _ratio_of(row, "ratio", "lakesink_s", "plain_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
+
 
 @pytest.mark.slow
 def test_table_and_plot_are_written(quick_run) -> None:

@@ -1,0 +1,143 @@
+"""Section 7: a whole checkpoint of a job with two sinks, through the checkpoint coordinator.
+
+What a job pays per checkpoint however small it is: each sink appends its rows, the
+coordinator pre-commits both (journal, validation off), records the checkpoint in its
+Delta checkpoint table, then commits both (a MERGE each, journal). The baseline appends
+the same rows to two plain Delta tables. Each repetition runs ``checkpoints`` checkpoints
+into fresh tables; the figure is the time of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from benchmarks.harness import (
+    Timing,
+    Workspace,
+    alternate,
+    batch,
+    cached_rows,
+    check_rows,
+    create_plain_table,
+    plain_append,
+    timed,
+)
+from benchmarks.report import Column, Section
+from lakesink.core import CheckpointCoordinator
+from lakesink.delta.checkpoints import DeltaCheckpointStore
+from lakesink.delta.readers import committed
+from lakesink.delta.sink import DeltaSink
+
+__all__ = ["CheckpointPoint", "checkpoint_section", "measure"]
+
+SINKS = ("orders", "copies")
+
+
+@dataclass(frozen=True)
+class CheckpointPoint:
+    """The per-checkpoint timings of one checkpoint size."""
+
+    rows: int
+    checkpoints: int
+    plain: Timing
+    lakesink: Timing
+
+
+def measure(
+    spark: SparkSession,
+    workspace: Workspace,
+    sizes: Sequence[int],
+    checkpoints: int,
+    repetitions: int,
+) -> list[CheckpointPoint]:
+    """Time ``checkpoints`` checkpoints of each size, two tables each, both ways."""
+    points = []
+    for rows in sizes:
+        data = cached_rows(spark, rows)
+        batches = [batch(data, index, rows) for index in range(checkpoints)]
+
+        def plain(rows=rows, batches=batches, schema=data.schema) -> dict[str, float]:
+            folder = workspace.folder(f"checkpoint-plain-{rows}")
+            paths = [f"{folder}/{name}" for name in SINKS]
+            for path in paths:
+                create_plain_table(spark, path, schema)
+
+            def work() -> None:
+                for frame in batches:
+                    for path in paths:
+                        plain_append(frame, path)
+
+            seconds = timed(work)
+            for path in paths:
+                check_rows(
+                    spark.read.format("delta").load(path),
+                    rows * checkpoints,
+                    "a checkpoint benchmark table",
+                )
+            workspace.drop(folder)
+            return {"plain": seconds / checkpoints}
+
+        def lakesink(rows=rows, batches=batches, schema=data.schema) -> dict[str, float]:
+            folder = workspace.folder(f"checkpoint-lakesink-{rows}")
+            sinks = {
+                name: DeltaSink(spark, f"{folder}/{name}", schema=schema, view_name=f"bench_{name}")
+                for name in SINKS
+            }
+            job = CheckpointCoordinator(
+                DeltaCheckpointStore(spark, f"{folder}/state"), job_id="bench", sinks=sinks
+            )
+
+            def work() -> None:
+                for index, frame in enumerate(batches):
+                    for sink in sinks.values():
+                        sink.write(frame)
+                    job.checkpoint(str(index))
+
+            try:
+                seconds = timed(work)
+            finally:
+                job.close()
+            for name in SINKS:
+                check_rows(
+                    committed(spark, f"{folder}/{name}"),
+                    rows * checkpoints,
+                    "a checkpoint benchmark table",
+                )
+            workspace.drop(folder)
+            return {"lakesink": seconds / checkpoints}
+
+        timings = alternate(repetitions, plain, lakesink)
+        data.unpersist()
+        points.append(CheckpointPoint(rows=rows, checkpoints=checkpoints, **timings))
+    return points
+
+
+def checkpoint_section(points: Sequence[CheckpointPoint]) -> Section:
+    """Section 7: a coordinator checkpoint into two sinks against two plain appends."""
+    rows = [
+        {
+            "rows": p.rows,
+            "checkpoints": p.checkpoints,
+            "plain_s": p.plain.median,
+            "lakesink_s": p.lakesink.median,
+            "ratio": p.lakesink.median / p.plain.median,
+            "samples": {"plain": list(p.plain.samples), "lakesink": list(p.lakesink.samples)},
+        }
+        for p in points
+    ]
+    return Section(
+        key="checkpoint",
+        title="A whole checkpoint of a job with two sinks (coordinator)",
+        baseline="x plain Delta appends of the same rows to two tables",
+        columns=(
+            Column("rows", "rows a sink", "int"),
+            Column("checkpoints", "checkpoints", "int"),
+            Column("plain_s", "two plain appends", "seconds"),
+            Column("lakesink_s", "lakesink checkpoint", "seconds"),
+            Column("ratio", "ratio", "ratio"),
+        ),
+        rows=tuple(rows),
+    )
