@@ -24,6 +24,7 @@ from benchmarks.harness import (
     create_plain_table,
     plain_append,
     timed,
+    versus,
 )
 from benchmarks.report import Column, Section
 from lakesink.core import CheckpointCoordinator
@@ -118,15 +119,7 @@ def measure(
 def checkpoint_section(points: Sequence[CheckpointPoint]) -> Section:
     """Section 7: a coordinator checkpoint into two sinks against two plain appends."""
     rows = [
-        {
-            "rows": p.rows,
-            "checkpoints": p.checkpoints,
-            "plain_s": p.plain.median,
-            "lakesink_s": p.lakesink.median,
-            "ratio": p.lakesink.median / p.plain.median,
-            "samples": {"plain": list(p.plain.samples), "lakesink": list(p.lakesink.samples)},
-        }
-        for p in points
+        versus("plain", p.plain, p.lakesink, rows=p.rows, checkpoints=p.checkpoints) for p in points
     ]
     return Section(
         key="checkpoint",

@@ -48,6 +48,7 @@ __all__ = [
     "open_sink",
     "plain_append",
     "timed",
+    "versus",
 ]
 
 log = logging.getLogger("benchmarks")
@@ -75,6 +76,17 @@ def timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
+
+
+def versus(baseline: str, theirs: Timing, ours: Timing, **fields: object) -> dict[str, object]:
+    """A report row: ``fields``, both medians, lakesink's ratio to ``baseline``, every sample."""
+    return {
+        **fields,
+        f"{baseline}_s": theirs.median,
+        "lakesink_s": ours.median,
+        "ratio": ours.median / theirs.median,
+        "samples": {baseline: list(theirs.samples), "lakesink": list(ours.samples)},
+    }
 
 
 def alternate(repetitions: int, *actions: Callable[[], dict[str, float]]) -> dict[str, Timing]:

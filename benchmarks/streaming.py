@@ -23,6 +23,7 @@ from benchmarks.harness import (
     cached_rows,
     check_rows,
     timed,
+    versus,
 )
 from benchmarks.report import Column, Section
 from lakesink.delta.readers import committed
@@ -87,17 +88,7 @@ def measure(
 def streaming_section(points: Sequence[StreamPoint]) -> Section:
     """Section 6: StreamingSink per micro-batch against Delta's idempotent foreachBatch."""
     rows = [
-        {
-            "rows": p.rows,
-            "batches": p.batches,
-            "foreach_batch_s": p.foreach_batch.median,
-            "lakesink_s": p.lakesink.median,
-            "ratio": p.lakesink.median / p.foreach_batch.median,
-            "samples": {
-                "foreach_batch": list(p.foreach_batch.samples),
-                "lakesink": list(p.lakesink.samples),
-            },
-        }
+        versus("foreach_batch", p.foreach_batch, p.lakesink, rows=p.rows, batches=p.batches)
         for p in points
     ]
     return Section(
