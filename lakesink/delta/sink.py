@@ -192,9 +192,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             timeout=options.timeout,
         )
         self.spark = spark
-        # The MERGE's commit tag is session SQL conf, so statements on one session take
-        # turns; on a session of its own, this sink commits side by side with other sinks.
-        self._merge_session = spark.newSession()
         self.options = options
         self.view_name = _view_name(options.view_name, self.sink_id)
         if options.table_name:
@@ -491,8 +488,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
         def run() -> int:
             metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
-            with session_conf(self._merge_session, {**SINGLE_PARTITION_WRITES, **metadata}):
-                metrics = self._merge_session.sql(statement).first()
+            with session_conf(self.spark, {**SINGLE_PARTITION_WRITES, **metadata}):
+                metrics = self.spark.sql(statement).first()
             return int(metrics["num_updated_rows"]) if metrics else 0
 
         def journal_retry(attempt: int, error: str) -> None:
