@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -374,9 +373,8 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
 
     files = spark.read.format("delta").load(str(table)).inputFiles()
     partitions = {f.rsplit("/", 1)[0] for f in files}
-    assert len(partitions) == 2  # one partition per transaction: visible, and still masked
+    assert len(partitions) == 2  # one partition per transaction
     assert all("_lakesink_checkpoint_id=1/_lakesink_txn_id=" in p for p in partitions)
-    assert sorted(f"{VISIBLE}=true/" in p + "/" for p in partitions) == [False, True]
     merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").first()
     metrics = merge.operationMetrics
     # Pruned to the partition of the committed transaction: the other writer's files of the
@@ -387,25 +385,6 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
     assert sorted(r.c0 for r in committed(spark, str(table)).collect()) == [0] * 5
     sink.close()
     other.close()
-
-
-def test_the_committed_view_skips_masked_files_by_their_partition(spark, table):
-    sink = open_sink(spark, table)
-    sink.write(rows(spark, range(3)))
-    sink.notify_checkpoint_complete(sink.checkpoint())
-    sink.write(rows(spark, range(3, 6)))
-    sink.checkpoint()  # pending: its file is masked
-
-    view = committed(spark, str(table))
-    plan = view._jdf.queryExecution().executedPlan().toString()
-
-    # The flag is a partition column: Delta prunes masked files before reading any.
-    pruned = re.search(r"PartitionFilters: \[([^\]]*)\]", plan)
-    assert pruned and VISIBLE in pruned.group(1), plan
-    assert sorted(r.order_id for r in view.collect()) == [0, 1, 2]
-    masked = spark.read.format("delta").load(str(table)).where(f"NOT {VISIBLE}")
-    assert masked.count() == 3
-    sink.close()
 
 
 def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark, table):

@@ -2,8 +2,8 @@
 
 Three kinds of Delta table carry it:
 
-- a **sink table**: the user's columns after three hidden ones, partitioned by the
-  visibility flag, checkpoint and transaction id, with the properties below;
+- a **sink table**: the user's columns after three hidden ones, partitioned by checkpoint
+  and transaction id, with the properties below;
 - the **journal**: an append-only table of transaction events (``lakesink.delta.journal``);
 - the **checkpoint table** of a job (``lakesink.delta.checkpoints``).
 
@@ -43,7 +43,6 @@ __all__ = [
     "JOURNAL_FORMAT",
     "JOURNAL_PROPERTY",
     "JOURNAL_SCHEMA",
-    "PARTITION_COLUMNS",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
     "TXN_ID",
@@ -63,18 +62,14 @@ HIDDEN_PREFIX = "_lakesink_"
 CHECKPOINT_ID = "_lakesink_checkpoint_id"
 TXN_ID = "_lakesink_txn_id"
 VISIBLE = "_lakesink_visible"  # the masking bit: false while pending, true once committed
-# First in the schema, and all three are partition columns: readers, the commit and the
+# First in the schema, and the first two are the partition columns: the commit and the
 # vacuum filter on them, so they prune whole files however wide the user schema is.
 HIDDEN_FIELDS = (
     StructField(CHECKPOINT_ID, LongType(), False),
     StructField(TXN_ID, StringType(), False),
     StructField(VISIBLE, BooleanType(), False),
 )
-# The flag leads: Delta keeps no min/max statistics for a boolean column, so as a data
-# column it let no reader skip a masked file; as a partition column every file is all
-# visible or all masked, and the committed view reads only visible ones. The commit's
-# MERGE moves a transaction's rows from its masked partition to its visible one.
-PARTITION_COLUMNS = (VISIBLE, CHECKPOINT_ID, TXN_ID)
+PARTITION_COLUMNS = (CHECKPOINT_ID, TXN_ID)
 # What a reader of committed rows applies (then it drops the _lakesink_* columns).
 COMMITTED_FILTER = f"{VISIBLE} = true"
 
@@ -82,8 +77,7 @@ SINK_ID_PROPERTY = "lakesink.sinkId"
 JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
 
-# Format 2: the flag is a partition column (format 1: checkpoint and transaction id only).
-TABLE_FORMAT = 2
+TABLE_FORMAT = 1
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = (
     "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
@@ -309,10 +303,7 @@ def _check_format(properties: dict[str, str], path: str, what: str, supported: i
 
 # What to do with a table of an older format, per kind.
 _UPGRADES = {
-    "table": (
-        "migrate it with `lakesink migrate-table PATH` (it rewrites the table in place, "
-        "every row and its state kept; run it while no writer runs)"
-    ),
+    "table": "no migration exists for it",
     "journal": "no migration exists for it",
     "checkpoint table": (
         "migrate it with `lakesink migrate-checkpoints STATE_DIR` (it rewrites the job's "

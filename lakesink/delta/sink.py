@@ -15,12 +15,11 @@
   (aborted ones until the vacuum job removes them).
 - ``log`` folds this writer's journal, for recovery.
 
-The table is partitioned by the flag, checkpoint id and transaction id. A commit's MERGE
-pins the masked partition of its own transaction (and moves its rows to the visible one),
-so Delta prunes it to that transaction's files, and appends by other transactions (other
-writers, later checkpoints) never conflict with it: open-source Delta checks conflicts per
-partition, and a MERGE on an unpartitioned table fails whenever any file was added
-concurrently, which would starve commits under load.
+The table is partitioned by checkpoint id and transaction id. A commit's MERGE pins the
+partition of its own transaction, so Delta prunes it to that transaction's files and
+appends by other transactions (other writers, later checkpoints) never conflict with it:
+open-source Delta checks conflicts per partition, and a MERGE on an unpartitioned table
+fails whenever any file was added concurrently, which would starve commits under load.
 """
 
 from __future__ import annotations
@@ -88,12 +87,11 @@ from lakesink.errors import (
 if TYPE_CHECKING:
     from lakesink.delta.validation import ValidationGate, ValidationReport
 
-__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock", "writer_locks"]
+__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock"]
 
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
-_WRITER_LOCK_PREFIX = "_lakesink_writer_"
 
 StepHook = Callable[[str, int], None]
 
@@ -547,18 +545,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._step_hook(name, transaction.checkpoint_id)
 
 
-def writer_locks(path: str) -> list[ProcessLock]:
-    """A lock for every writer of the table at ``path`` that ever ran (held or not)."""
-    return [
-        ProcessLock(lock, f"writer {lock.stem.removeprefix(_WRITER_LOCK_PREFIX)!r} of {path}")
-        for lock in sorted(Path(path).glob(f"{_WRITER_LOCK_PREFIX}*.lock"))
-    ]
-
-
 def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:
     """The lock a live writer of the table at ``path`` holds (hidden from Delta by its ``_``)."""
     return ProcessLock(
-        Path(path) / f"{_WRITER_LOCK_PREFIX}{writer_id}.lock",
+        Path(path) / f"_lakesink_writer_{writer_id}.lock",
         f"writer {writer_id!r} of sink {sink_id!r}",
     )
 

@@ -1,7 +1,4 @@
-"""Rewrite tables of an older lakesink format in the current one: a job's checkpoint table,
-and a sink table.
-
-**Checkpoint table.** Rewrite one of format 1 (lakesink 0.1) in the current format.
+"""Rewrite a job's checkpoint table of format 1 (lakesink 0.1) in the current format.
 
 Format 1 kept what a checkpoint consumed in ``files``, ``quarantined`` and ``row_count``
 columns; the current format keeps it as JSON in ``detail``. Every record keeps its id, its
@@ -15,13 +12,6 @@ when run again, and never a state folder without its records:
 1. the new table is written whole beside the old one (``checkpoints.migrating``);
 2. the old table is renamed ``checkpoints.format1`` (kept, for the record);
 3. the new one is renamed ``checkpoints``.
-
-**Sink table.** Format 1 partitioned it by checkpoint and transaction id; format 2 by the
-visibility flag first (readers then skip masked files). ``migrate_table`` rewrites every row
-in place, in one Delta commit (the hidden columns, so every transaction's state, kept),
-then records format 2 in the table's properties. Cut short between the two, it finishes
-when run again. It holds every writer lock of the table meanwhile: a writer running
-refuses it.
 """
 
 from __future__ import annotations
@@ -37,26 +27,11 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord
 from lakesink.delta.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
-from lakesink.delta.format import (
-    CHECKPOINTS_FORMAT,
-    FORMAT_PROPERTY,
-    PARTITION_COLUMNS,
-    SINK_ID_PROPERTY,
-    TABLE_FORMAT,
-    commit_metadata,
-)
-from lakesink.delta.sink import writer_locks
-from lakesink.delta.sql import delta_path, string_literal
-from lakesink.errors import AlreadyRunningError, TableNotFoundError
+from lakesink.delta.format import CHECKPOINTS_FORMAT, FORMAT_PROPERTY
+from lakesink.delta.sql import delta_path
+from lakesink.errors import TableNotFoundError
 
-__all__ = [
-    "MigrationPlan",
-    "TableMigrationPlan",
-    "migrate_checkpoints",
-    "migrate_table",
-    "plan_migration",
-    "plan_table_migration",
-]
+__all__ = ["MigrationPlan", "migrate_checkpoints", "plan_migration"]
 
 log = logging.getLogger(__name__)
 
@@ -133,95 +108,3 @@ def _record(row: dict) -> CheckpointRecord:
         "quarantined": json.loads(row["quarantined"]),
     }
     return from_row({**row, "detail": json.dumps(detail)})
-
-
-@dataclass(frozen=True, kw_only=True)
-class TableMigrationPlan:
-    """What ``migrate_table`` does (or did) to one sink table."""
-
-    path: str
-    step: str  # "nothing", "migrate" (rewrite, then format) or "finish" (the format only)
-    version: int  # the table's format before
-    rows: int
-    dry_run: bool = False
-
-    def summary(self) -> str:
-        what = {
-            "nothing": f"{self.path} is in format {TABLE_FORMAT} already: nothing to do",
-            "migrate": (
-                f"{self.path}: {self.rows} row(s) rewritten from format {self.version} to "
-                f"{TABLE_FORMAT} (partitioned by {', '.join(PARTITION_COLUMNS)})"
-            ),
-            "finish": f"{self.path}: finished a migration that was cut short",
-        }[self.step]
-        return ("DRY RUN: would be " if self.dry_run else "") + what
-
-
-def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
-    """Look at a sink table; change nothing.
-
-    Raises:
-        TableNotFoundError: No lakesink table there.
-    """
-    path = str(Path(path).resolve())
-    if not (Path(path) / "_delta_log").is_dir():
-        raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
-    properties = detail["properties"] or {}
-    if SINK_ID_PROPERTY not in properties:
-        raise TableNotFoundError(f"the Delta table at {path} is not a lakesink table")
-    version = int(properties.get(FORMAT_PROPERTY, "1"))
-    if version >= TABLE_FORMAT:
-        return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
-    if tuple(detail["partitionColumns"]) == PARTITION_COLUMNS:
-        return TableMigrationPlan(path=path, step="finish", version=version, rows=0)
-    rows = spark.read.format("delta").load(path).count()
-    return TableMigrationPlan(path=path, step="migrate", version=version, rows=rows)
-
-
-def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> TableMigrationPlan:
-    """Migrate a sink table to the current format (``plan_table_migration``, then do it).
-
-    Raises:
-        TableNotFoundError: No lakesink table there.
-        AlreadyRunningError: A writer of the table runs; stop it first.
-    """
-    plan = plan_table_migration(spark, path)
-    if dry_run or plan.step == "nothing":
-        return dataclasses.replace(plan, dry_run=dry_run)
-    locks = writer_locks(plan.path)
-    for lock in locks:  # also a writer in this process, whose lock acquire() would take over
-        if lock.is_held():
-            raise AlreadyRunningError(
-                f"{lock.what} is running (lock {lock.path}); stop it, then migrate the table"
-            )
-    taken = []
-    try:
-        for lock in locks:  # so that no writer starts meanwhile
-            lock.acquire()
-            taken.append(lock)
-        if plan.step == "migrate":
-            sink_id = spark.sql(f"DESCRIBE DETAIL {delta_path(plan.path)}").first()["properties"][
-                SINK_ID_PROPERTY
-            ]
-            # Delta reads the snapshot before it overwrites it: every row, once.
-            (
-                spark.read.format("delta")
-                .load(plan.path)
-                .write.format("delta")
-                .mode("overwrite")
-                .option("overwriteSchema", "true")
-                .option("userMetadata", commit_metadata("migrate", sink_id, format=TABLE_FORMAT))
-                .partitionBy(*PARTITION_COLUMNS)
-                .save(plan.path)
-            )
-            log.info("rewrote %d row(s) of %s", plan.rows, plan.path)
-        spark.sql(
-            f"ALTER TABLE {delta_path(plan.path)} SET TBLPROPERTIES "
-            f"({string_literal(FORMAT_PROPERTY)} = {string_literal(str(TABLE_FORMAT))})"
-        )
-        log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
-    finally:
-        for lock in taken:
-            lock.release()
-    return plan

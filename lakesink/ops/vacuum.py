@@ -471,9 +471,8 @@ def _interval_hours(interval: str) -> float:
 
 
 def _predicate(targets: Sequence[TransactionStatus]) -> str:
-    # Partition columns only (the flag among them), so Delta drops these transactions'
-    # masked files whole without reading them, and conflict-checks only them; NOT visible
-    # so even a wrong journal cannot cost a committed row.
+    # Both partition columns pinned, so Delta reads (and conflict-checks) only these
+    # transactions' files; NOT visible so even a wrong journal cannot cost a committed row.
     checkpoints = ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets}))
     return (
         f"{TXN_ID} IN ({_strings(s.txn_id for s in targets)}) "
