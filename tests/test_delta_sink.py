@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -12,9 +13,9 @@ import pytest
 
 from lakesink import committed
 from lakesink.core import TransactionTimeout, TxnState
-from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE
+from lakesink.delta.format import CHECKPOINT_ID, PENDING, TABLE_FORMAT, TXN_ID, VISIBLE
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.spark import SINGLE_PARTITION_WRITES, USER_METADATA_CONF, session_conf
+from lakesink.delta.spark import USER_METADATA_CONF, WRITE_SETTINGS, session_conf
 from lakesink.errors import (
     AlreadyRunningError,
     CheckpointOrderError,
@@ -237,20 +238,30 @@ def txn_actions(table) -> list[tuple[str, int]]:
     return found
 
 
-def test_each_append_carries_its_transactions_app_id_and_a_growing_version(spark, table):
+def test_each_append_carries_its_writers_app_id_and_a_version_that_grows_across_restarts(
+    spark, table
+):
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
     sink.write(rows(spark, [2]))
     sink.checkpoint()
     sink.write(rows(spark, [3]))
-
-    txn_ids = {s.checkpoint_id: s.txn_id for s in sink.journal.transactions(sink.sink_id)}
-    assert txn_actions(table) == [
-        (f"lakesink:orders:0:{txn_ids[1]}", 1),
-        (f"lakesink:orders:0:{txn_ids[1]}", 2),
-        (f"lakesink:orders:0:{txn_ids[2]}", 1),
-    ]
     sink.close()
+    # A restarted writer reads its last version back from the table and goes on above it.
+    restarted = open_sink(spark, table)
+    restarted.write(rows(spark, [4]))
+    other = open_sink(spark, table, writer_id="w2")
+    other.write(rows(spark, [5]))
+
+    assert txn_actions(table) == [
+        ("lakesink:orders:0", 1),
+        ("lakesink:orders:0", 2),
+        ("lakesink:orders:0", 3),
+        ("lakesink:orders:0", 4),
+        ("lakesink:orders:w2", 1),
+    ]
+    restarted.close()
+    other.close()
 
 
 def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark, table):
@@ -277,8 +288,8 @@ def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark,
         s.txn_id: s.state for s in replay.journal.transactions("orders") if s.checkpoint_id == 2
     }
     assert sorted(attempts.values()) == [TxnState.ABORTED, TxnState.COMMITTED]
-    appended = [(app, version) for app, version in txn_actions(table) if version == 1]
-    assert len({app for app, _ in appended}) == 3  # checkpoint 1, 2 and 2 again: all written
+    # Checkpoint 1, 2 and 2 again: all written, none skipped as another's repeat.
+    assert txn_actions(table) == [("lakesink:orders:0", v) for v in (1, 2, 3)]
     replay.close()
 
 
@@ -373,8 +384,15 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
 
     files = spark.read.format("delta").load(str(table)).inputFiles()
     partitions = {f.rsplit("/", 1)[0] for f in files}
-    assert len(partitions) == 2  # one partition per transaction
-    assert all("_lakesink_checkpoint_id=1/_lakesink_txn_id=" in p for p in partitions)
+    # The committed rows moved to the shared committed partition; the other writer's stay
+    # in their transaction's own pending one.
+    pending = {s.txn_id for s in other.journal.transactions(other.sink_id) if s.writer_id == "w2"}
+    assert sorted(p.split(str(table))[-1] for p in partitions) == sorted(
+        [
+            f"/{VISIBLE}=true/{PENDING}=__HIVE_DEFAULT_PARTITION__",
+            f"/{VISIBLE}=false/{PENDING}={pending.pop()}",
+        ]
+    )
     merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").first()
     metrics = merge.operationMetrics
     # Pruned to the partition of the committed transaction: the other writer's files of the
@@ -387,9 +405,49 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
     other.close()
 
 
+def test_the_committed_view_skips_masked_files_by_their_partition(spark, table):
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, range(3)))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.write(rows(spark, range(3, 6)))
+    sink.checkpoint()  # pending: its file is masked
+
+    view = committed(spark, str(table))
+    plan = view._jdf.queryExecution().executedPlan().toString()
+
+    # The flag is a partition column: Delta prunes masked files before reading any.
+    pruned = re.search(r"PartitionFilters: \[([^\]]*)\]", plan)
+    assert pruned and VISIBLE in pruned.group(1), plan
+    assert all(f"{VISIBLE}=true/" in f for f in view.inputFiles())
+    assert sorted(r.order_id for r in view.collect()) == [0, 1, 2]
+    sink.close()
+
+
+def test_a_table_partitioned_by_user_columns_keeps_them_through_the_commit(spark, table):
+    schema = "order_id BIGINT, region STRING"
+    sink = DeltaSink.open(
+        spark, str(table), schema=schema, view_name="v_regions", partition_by=("region",)
+    )
+    sink.write(spark.createDataFrame([(1, "eu"), (2, "us"), (3, "eu")], schema))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.close()
+
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+    assert list(detail.partitionColumns) == [VISIBLE, PENDING, "region"]
+    eu = committed(spark, str(table)).where("region = 'eu'")
+    assert sorted(r.order_id for r in eu.collect()) == [1, 3]
+    assert all("/region=eu/" in f for f in eu.inputFiles())
+    with pytest.raises(ConfigurationError, match=r"partitioned by region, not no user column"):
+        DeltaSink.open(spark, str(table), schema=schema, view_name="v_regions", partition_by=())
+    with pytest.raises(ConfigurationError, match=r"column\(s\) regoin the schema lacks"):
+        DeltaSink.open(
+            spark, str(table.parent / "t2"), schema=schema, view_name="v2", partition_by=["regoin"]
+        )
+
+
 def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark, table):
     writers = "spark.sql.maxConcurrentOutputFileWriters"
-    keys = [*SINGLE_PARTITION_WRITES, USER_METADATA_CONF]
+    keys = [*WRITE_SETTINGS, USER_METADATA_CONF]
     spark.conf.set(writers, "3")  # a setting of the user's own, to be kept
     try:
         before = {key: spark.conf.get(key, None) for key in keys}
@@ -611,7 +669,9 @@ def test_a_second_live_process_as_the_same_writer_is_refused(spark, table, runni
 def test_a_table_of_a_newer_lakesink_format_is_refused_and_left_alone(spark, table, running):
     spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('lakesink.formatVersion' = '9')")
     before = snapshot_of(spark, table, running.journal.path)
-    with pytest.raises(FormatVersionError, match=r"format 9, newer than the 1 .*upgrade"):
+    with pytest.raises(
+        FormatVersionError, match=rf"format 9, newer than the {TABLE_FORMAT} .*upgrade"
+    ):
         open_sink(spark, table)
     assert snapshot_of(spark, table, running.journal.path) == before
 

@@ -16,7 +16,7 @@ import pytest
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.format import TXN_ID, VISIBLE
+from lakesink.delta.format import PENDING, TXN_ID, VISIBLE
 from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
@@ -92,7 +92,7 @@ def versions(spark, table: Path) -> tuple[int, int]:
 
 def test_aborted_rows_and_their_files_go(spark, table):
     txn = abort_one(spark, table, [1, 2])
-    files = list(table.glob(f"*/{TXN_ID}={txn}/*.parquet"))
+    files = list(table.glob(f"{VISIBLE}=false/{PENDING}={txn}/*.parquet"))
     size = sum(f.stat().st_size for f in files)
     assert files
 
@@ -103,7 +103,7 @@ def test_aborted_rows_and_their_files_go(spark, table):
     assert report.files_removed == len(files) > 0
     assert report.bytes_removed == size > 0
     assert not any(f.exists() for f in files)
-    assert not list(table.glob(f"*/{TXN_ID}={txn}/*.parquet"))
+    assert not list(table.glob(f"{VISIBLE}=false/{PENDING}={txn}/*.parquet"))
     assert rows_by_txn(spark, table) == {}
     details = aborted_details(spark, table, txn)
     assert len(details) == 2  # the sink's abort, then the vacuum's

@@ -167,6 +167,15 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate_table(args: argparse.Namespace) -> int:
+    from lakesink.ops.migrate import migrate_table
+
+    spark = _session(args)
+    plan = migrate_table(spark, args.table, dry_run=args.dry_run)
+    print(plan.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesink",
@@ -273,9 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
         "input.",
     )
     migrate.add_argument("state", help="the jobs' --state folder")
-    migrate.add_argument("--dry-run", action="store_true", help="report, change nothing")
-    migrate.add_argument("--master", help="Spark master URL (default local[*])")
     migrate.set_defaults(func=_migrate)
+    migrate_table = commands.add_parser(
+        "migrate-table",
+        help="rewrite a sink table of an older lakesink format in place",
+        description="Rewrite a lakesink table of format 1 (partitioned by checkpoint and "
+        "transaction id) in format 2 (partitioned by the masking bit and the pending "
+        "transaction, so readers skip masked files), in place and in one Delta commit; every "
+        "row and transaction state is kept. Refused while a writer of the table runs. "
+        "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input.",
+    )
+    migrate_table.add_argument("table", help="the lakesink table's folder")
+    migrate_table.set_defaults(func=_migrate_table)
+    for sub in (migrate, migrate_table):
+        sub.add_argument("--dry-run", action="store_true", help="report, change nothing")
+        sub.add_argument("--master", help="Spark master URL (default local[*])")
     for job, summary in (
         ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),
     ):

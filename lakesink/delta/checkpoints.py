@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord, CheckpointStore, ProcessLock, Quarantined
-from lakesink.delta.append import append_rows
+from lakesink.delta.deltars import append_rows
 from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import TableNotFoundError

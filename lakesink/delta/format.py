@@ -2,14 +2,28 @@
 
 Three kinds of Delta table carry it:
 
-- a **sink table**: the user's columns after three hidden ones, partitioned by checkpoint
-  and transaction id, with the properties below;
+- a **sink table**: the user's columns after four hidden ones, partitioned by the masking
+  bit and the pending transaction (then by the user's own partition columns, if any), with
+  the properties below;
 - the **journal**: an append-only table of transaction events (``lakesink.delta.journal``);
 - the **checkpoint table** of a job (``lakesink.delta.checkpoints``).
 
 Each records ``lakesink.formatVersion``. A table written before the property existed is
 format 1. Opening a table of a format this version cannot use fails with
 ``FormatVersionError``, which says what to do.
+
+Sink table format 2 (format 1 was partitioned by checkpoint and transaction id, with the
+flag an ordinary column):
+
+- ``_lakesink_visible`` (partition column): the masking bit. Delta keeps no statistics for
+  a boolean data column, so only as a partition column can readers of the committed view
+  skip masked files, and the vacuum drop them without reading them.
+- ``_lakesink_pending`` (partition column): the transaction's id while its rows are
+  pending, NULL once committed. Each pending transaction has a partition of its own, so its
+  commit's MERGE reads (and is conflict-checked against) its own files only; committed rows
+  share one partition, which compaction keeps in few large files.
+- ``_lakesink_checkpoint_id``, ``_lakesink_txn_id``: ordinary columns that stay with each
+  row for good (the audit counts rows per transaction with them).
 """
 
 from __future__ import annotations
@@ -43,12 +57,15 @@ __all__ = [
     "JOURNAL_FORMAT",
     "JOURNAL_PROPERTY",
     "JOURNAL_SCHEMA",
+    "LAKESINK_PARTITIONS",
+    "PENDING",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
     "TXN_ID",
     "VISIBLE",
     "SinkTable",
     "check_columns",
+    "check_partition_columns",
     "commit_metadata",
     "ensure_log_table",
     "ensure_sink_table",
@@ -62,22 +79,25 @@ HIDDEN_PREFIX = "_lakesink_"
 CHECKPOINT_ID = "_lakesink_checkpoint_id"
 TXN_ID = "_lakesink_txn_id"
 VISIBLE = "_lakesink_visible"  # the masking bit: false while pending, true once committed
-# First in the schema, and the first two are the partition columns: the commit and the
-# vacuum filter on them, so they prune whole files however wide the user schema is.
+PENDING = "_lakesink_pending"  # the transaction id while pending, NULL once committed
 HIDDEN_FIELDS = (
+    StructField(VISIBLE, BooleanType(), False),
+    StructField(PENDING, StringType(), True),
     StructField(CHECKPOINT_ID, LongType(), False),
     StructField(TXN_ID, StringType(), False),
-    StructField(VISIBLE, BooleanType(), False),
 )
-PARTITION_COLUMNS = (CHECKPOINT_ID, TXN_ID)
-# What a reader of committed rows applies (then it drops the _lakesink_* columns).
+# A sink table's first partition columns; the user's own follow them.
+LAKESINK_PARTITIONS = (VISIBLE, PENDING)
+# What a reader of committed rows applies (then it drops the _lakesink_* columns): a
+# partition filter, so masked files are never read.
 COMMITTED_FILTER = f"{VISIBLE} = true"
 
 SINK_ID_PROPERTY = "lakesink.sinkId"
 JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
 
-TABLE_FORMAT = 1
+# Format 2: the masking bit and the pending transaction are the partition columns.
+TABLE_FORMAT = 2
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = (
     "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
@@ -103,6 +123,7 @@ class SinkTable:
     journal_path: str
     format_version: int
     schema: StructType  # the user's columns only
+    partition_by: tuple[str, ...] = ()  # the user's partition columns
     properties: Mapping[str, str] = field(default_factory=dict)  # all the table's properties
 
 
@@ -121,12 +142,14 @@ def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
 
     Raises:
         TableNotFoundError: No Delta table there, or one lakesink did not write.
-        FormatVersionError: It was written in a newer format.
-        SchemaMismatchError: It lacks a hidden column.
+        FormatVersionError: It was written in another format (an older one names the
+            migration).
+        SchemaMismatchError: It lacks a hidden column or lakesink's partitioning.
     """
-    properties = _properties(spark, path)
-    if properties is None:
+    detail = _detail(spark, path)
+    if detail is None:
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
+    properties, partitions = detail
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(
             f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
@@ -138,29 +161,45 @@ def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
         raise SchemaMismatchError(
             f"the table at {path} lacks hidden column(s) {', '.join(missing)}"
         )
+    if partitions[: len(LAKESINK_PARTITIONS)] != LAKESINK_PARTITIONS:
+        raise SchemaMismatchError(
+            f"the table at {path} is partitioned by {', '.join(partitions) or 'nothing'}; a "
+            f"lakesink table of format {TABLE_FORMAT} starts with {', '.join(LAKESINK_PARTITIONS)}"
+        )
     return SinkTable(
         path=path,
         sink_id=properties[SINK_ID_PROPERTY],
         journal_path=properties.get(JOURNAL_PROPERTY, ""),
         format_version=version,
         schema=user_fields(table_schema),
+        partition_by=partitions[len(LAKESINK_PARTITIONS) :],
         properties=properties,
     )
 
 
 def ensure_sink_table(
-    spark: SparkSession, path: str, *, sink_id: str, schema: StructType | None, journal: str
-) -> tuple[StructType, bool]:
-    """Create the sink table or check the existing one; return its user schema and if created.
+    spark: SparkSession,
+    path: str,
+    *,
+    sink_id: str,
+    schema: StructType | None,
+    journal: str,
+    partition_by: tuple[str, ...] | None = None,
+) -> tuple[SinkTable, bool]:
+    """Create the sink table or check the existing one; return it and whether it was created.
+
+    ``partition_by`` names user columns to partition a new table by (after lakesink's own
+    partition columns); given for an existing table, it must be the table's.
 
     Raises:
-        ConfigurationError: The table belongs to another sink or journal.
+        ConfigurationError: The table belongs to another sink or journal, or is partitioned
+            otherwise; or ``partition_by`` names a column the schema lacks.
         TableNotFoundError: No table and no ``schema``, or a folder that holds other files.
         SchemaMismatchError: ``schema`` differs from the table's (every difference named).
     """
     if schema is not None:
         check_reserved(schema, "the schema")
-    if _properties(spark, path) is not None:
+    if _detail(spark, path) is not None:
         try:
             table = read_sink_table(spark, path)
         except TableNotFoundError as exc:
@@ -176,9 +215,18 @@ def ensure_sink_table(
             )
         if schema is not None:
             check_columns(schema, table.schema, what="the given schema")
-        return table.schema, False
+        if partition_by is not None and tuple(partition_by) != table.partition_by:
+            raise ConfigurationError(
+                f"the table at {path} is partitioned by "
+                f"{', '.join(table.partition_by) or 'no user column'}, not "
+                f"{', '.join(partition_by) or 'no user column'}; a table's partitioning is "
+                "fixed when it is created: omit partition_by or pass the table's"
+            )
+        return table, False
     if schema is None:
         raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
+    partition_by = tuple(partition_by or ())
+    check_partition_columns(partition_by, schema)
     _check_empty_folder(path, "the sink's table")
     from delta.tables import DeltaTable
 
@@ -186,14 +234,45 @@ def ensure_sink_table(
         DeltaTable.createIfNotExists(spark)
         .location(path)
         .addColumns(StructType([*HIDDEN_FIELDS, *schema.fields]))
-        .partitionedBy(*PARTITION_COLUMNS)
+        .partitionedBy(*LAKESINK_PARTITIONS, *partition_by)
         .property(SINK_ID_PROPERTY, sink_id)
         .property(JOURNAL_PROPERTY, journal)
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
         .execute()
     )
     log.info("created lakesink table %s for sink %r", path, sink_id)
-    return schema, True
+    table = SinkTable(
+        path=path,
+        sink_id=sink_id,
+        journal_path=journal,
+        format_version=TABLE_FORMAT,
+        schema=schema,
+        partition_by=partition_by,
+    )
+    return table, True
+
+
+def check_partition_columns(partition_by: tuple[str, ...], schema: StructType) -> None:
+    """Refuse partition columns the schema lacks, named twice, or of a type Delta refuses.
+
+    Raises:
+        ConfigurationError: naming each such column.
+    """
+    types = {f.name: f.dataType for f in schema.fields}
+    unknown = [c for c in partition_by if c not in types]
+    if unknown:
+        raise ConfigurationError(
+            f"partition_by names column(s) {', '.join(unknown)} the schema lacks "
+            f"(its columns: {', '.join(types)})"
+        )
+    if len(set(partition_by)) != len(partition_by):
+        raise ConfigurationError(f"partition_by names a column twice: {', '.join(partition_by)}")
+    nested = [c for c in partition_by if types[c].typeName() in ("struct", "array", "map")]
+    if nested:
+        raise ConfigurationError(
+            f"partition_by column(s) {', '.join(nested)} are not of a simple type; Delta "
+            "partitions by strings, numbers, dates, timestamps and booleans"
+        )
 
 
 def ensure_log_table(
@@ -214,9 +293,9 @@ def ensure_log_table(
         TableNotFoundError: Absent and not to be created, or a folder of other files.
         FormatVersionError: Written in another format.
     """
-    properties = _properties(spark, path)
-    if properties is not None:
-        _check_format(properties, path, what, version)
+    detail = _detail(spark, path)
+    if detail is not None:
+        _check_format(detail[0], path, what, version)
         return
     if not create:
         raise TableNotFoundError(f"no lakesink {what} at {path}: {missing}")
@@ -276,14 +355,16 @@ def check_columns(actual: StructType, expected: StructType, *, what: str) -> Non
 # ------------------------------------------------------------------ internals
 
 
-def _properties(spark: SparkSession, path: str) -> dict[str, str] | None:
-    """The table properties of the Delta table at ``path``, or None if there is none."""
+def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
+    """The properties and partition columns of the Delta table at ``path``, or None."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
-    return dict((detail["properties"] if detail else None) or {})
+    if detail is None:
+        return {}, ()
+    return dict(detail["properties"] or {}), tuple(detail["partitionColumns"] or ())
 
 
 def _check_format(properties: dict[str, str], path: str, what: str, supported: int) -> int:
@@ -303,7 +384,10 @@ def _check_format(properties: dict[str, str], path: str, what: str, supported: i
 
 # What to do with a table of an older format, per kind.
 _UPGRADES = {
-    "table": "no migration exists for it",
+    "table": (
+        "migrate it with `lakesink migrate-table PATH` (it rewrites the table in place in "
+        "one Delta commit, every row and transaction state kept; run it while no writer runs)"
+    ),
     "journal": "no migration exists for it",
     "checkpoint table": (
         "migrate it with `lakesink migrate-checkpoints STATE_DIR` (it rewrites the job's "

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
-from lakesink.delta.append import append_rows
+from lakesink.delta.deltars import append_rows
 from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
 
 __all__ = [

@@ -7,16 +7,10 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakesink.delta.format import (
-    CHECKPOINT_ID,
-    COMMITTED_FILTER,
-    HIDDEN_PREFIX,
-    TXN_ID,
-    SinkTable,
-)
+from lakesink.delta.format import COMMITTED_FILTER, HIDDEN_PREFIX, PENDING, VISIBLE, SinkTable
 from lakesink.delta.sql import delta_path, quote_identifier, quote_name
 
-__all__ = ["committed", "create_committed_view", "transaction_rows"]
+__all__ = ["committed", "create_committed_view", "pending_rows"]
 
 
 def committed(spark: SparkSession, path: str, *, version: int | None = None) -> DataFrame:
@@ -49,13 +43,14 @@ def create_committed_view(
     )
 
 
-def transaction_rows(
-    spark: SparkSession, table: SinkTable, checkpoint_id: int, txn_id: str
-) -> DataFrame:
-    """One transaction's rows, masked or not, user columns only (what a suite audits)."""
+def pending_rows(spark: SparkSession, table: SinkTable, txn_id: str) -> DataFrame:
+    """A pending (pre-committed, held or open) transaction's rows, user columns only.
+
+    What a suite audits. Read from the transaction's own partition, no other file.
+    """
     return (
         spark.read.format("delta")
         .load(table.path)
-        .where((F.col(CHECKPOINT_ID) == checkpoint_id) & (F.col(TXN_ID) == txn_id))
+        .where((F.col(VISIBLE) == F.lit(False)) & (F.col(PENDING) == txn_id))
         .select(*[F.col(quote_identifier(name)) for name in table.schema.fieldNames()])
     )

@@ -1,25 +1,30 @@
 """The Delta Lake implementation of the two-phase-commit hooks.
 
 - ``invoke`` appends a DataFrame's rows to the target table, masked
-  (``_lakesink_visible = false``) and tagged with the checkpoint and transaction id. Each
-  append carries ``txnAppId = lakesink:<sink>:<writer>:<transaction>`` and
-  ``txnVersion = <its step in the transaction>``, so a retried append is skipped by Delta
-  while a new transaction, even one replaying a checkpoint id, never is.
+  (``_lakesink_visible = false``) in a partition of their transaction's own
+  (``_lakesink_pending = <transaction id>``), tagged with the checkpoint and transaction
+  id. Each append carries ``txnAppId = lakesink:<sink>:<writer>`` and ``txnVersion`` = the
+  writer's next number: a sequence that only grows, read back from the table when the
+  writer starts. So a retried append is skipped by Delta, while a new transaction, even
+  one replaying a checkpoint id, never is; and the table's log keeps one app id per
+  writer, not one per transaction.
 - ``pre_commit`` counts the rows (observed while they were written, so not read back),
   runs the validation gate on them if the sink has one, and journals the verdict.
-- ``commit`` flips the mask with one MERGE keyed on checkpoint id and transaction id
-  (retried on write conflicts), then journals it committed. The decision to commit is
-  durable before that: the driver's checkpoint record, or (standalone) the pre-commit
-  itself, which recovery always commits; an operator's commit journals it (``committing``).
+- ``commit`` makes the rows visible with one MERGE keyed on checkpoint id and transaction
+  id (retried on write conflicts), which moves them into the committed partition
+  (``_lakesink_visible = true``, ``_lakesink_pending`` NULL), then journals it committed.
+  The decision to commit is durable before that: the driver's checkpoint record, or
+  (standalone) the pre-commit itself, which recovery always commits; an operator's commit
+  journals it (``committing``).
 - ``abort`` and ``hold`` journal the transaction aborted or held; its rows stay masked
   (aborted ones until the vacuum job removes them).
 - ``log`` folds this writer's journal, for recovery.
 
-The table is partitioned by checkpoint id and transaction id. A commit's MERGE pins the
-partition of its own transaction, so Delta prunes it to that transaction's files and
-appends by other transactions (other writers, later checkpoints) never conflict with it:
-open-source Delta checks conflicts per partition, and a MERGE on an unpartitioned table
-fails whenever any file was added concurrently, which would starve commits under load.
+Why the partitions: a commit's MERGE pins its own transaction's pending partition, so
+Delta reads only that transaction's files and checks write conflicts against them alone
+(open-source Delta checks conflicts per partition read): appends of other transactions,
+other commits (which only add files to the committed partition), compaction of the
+committed partition and the vacuum's removal of aborted partitions never conflict with it.
 """
 
 from __future__ import annotations
@@ -47,24 +52,27 @@ from lakesink.core import (
     TwoPhaseCommitSink,
     TxnState,
 )
+from lakesink.delta.deltars import transaction_version
 from lakesink.delta.format import (
     CHECKPOINT_ID,
-    TABLE_FORMAT,
+    PENDING,
     TXN_ID,
     VISIBLE,
     SinkTable,
     check_columns,
+    check_partition_columns,
     check_reserved,
     commit_metadata,
     ensure_sink_table,
 )
 from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
-from lakesink.delta.readers import create_committed_view, transaction_rows
+from lakesink.delta.readers import create_committed_view, pending_rows
 from lakesink.delta.spark import (
-    SINGLE_PARTITION_WRITES,
     USER_METADATA_CONF,
+    WRITE_SETTINGS,
     CommitRetry,
     conflict_exceptions,
+    merge_settings,
     retry_on_conflict,
     session_conf,
 )
@@ -87,11 +95,12 @@ from lakesink.errors import (
 if TYPE_CHECKING:
     from lakesink.delta.validation import ValidationGate, ValidationReport
 
-__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock"]
+__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock", "writer_locks"]
 
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
+_WRITER_LOCK_PREFIX = "_lakesink_writer_"
 
 StepHook = Callable[[str, int], None]
 
@@ -109,7 +118,7 @@ class DeltaTransaction:
 class _Progress:
     """What this process knows of one of its transactions, until it leaves the sink."""
 
-    appends: int = 0  # appends so far; the next one's txnVersion is appends + 1
+    appends: int = 0  # appends so far (each append's step in its transaction)
     rows: int | None = 0  # rows appended, as observed; None once a count is unknown
     failure: str | None = None  # an append that failed for good: which rows landed is unknown
     journaled: bool = False  # its open event is in the journal
@@ -133,6 +142,9 @@ class SinkOptions:
             must only name columns the table has.
         commit_retry: How commits retry Delta write conflicts.
         timeout: A transaction timeout, for the warnings and recovery options it brings.
+        partition_by: User columns to partition a new table by (a date, a region), after
+            lakesink's own partition columns; kept through commits and compaction. Fixed
+            when the table is created: given for an existing table, it must be the table's.
     """
 
     sink_id: str | None = None
@@ -143,6 +155,7 @@ class SinkOptions:
     validation: ValidationGate | None = None
     commit_retry: CommitRetry = field(default_factory=CommitRetry)
     timeout: TransactionTimeout | None = None
+    partition_by: tuple[str, ...] | None = None
 
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
@@ -211,13 +224,19 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             check_reserved(self._given_schema, "the schema")
             if options.validation is not None:  # refused before a table is made
                 options.validation.check_columns(self._given_schema.fieldNames())
+            if options.partition_by is not None:
+                check_partition_columns(tuple(options.partition_by), self._given_schema)
         self._step_hook = step_hook
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock file is hidden from Delta (leading underscore).
         self._lock = writer_lock(self.path, self.sink_id, self.writer_id)
         self._progress: dict[str, _Progress] = {}
         self.schema: StructType = self._given_schema or StructType()
+        self._table: SinkTable | None = None
         self._journal: Journal | None = None
+        # The txnVersion of this writer's last append (sent, maybe not committed); read
+        # from the table when the sink starts, so versions only grow across restarts.
+        self._txn_version = 0
 
     @classmethod
     def open(cls, spark: SparkSession, path: str, **arguments: Any) -> DeltaSink:
@@ -252,24 +271,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     @property
     def table(self) -> SinkTable:
         """What the sink's table says of itself (the sink must have started)."""
-        return SinkTable(self.path, self.sink_id, self.journal.path, TABLE_FORMAT, self.schema)
+        if self._table is None:
+            raise ProtocolError(f"{self.name} has not started: its table is not open yet")
+        return self._table
 
     def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
-        """The transaction's rows in the table, user columns only (what a suite audits)."""
-        return transaction_rows(
-            self.spark, self.table, transaction.checkpoint_id, transaction.txn_id
-        )
+        """The transaction's masked rows, user columns only (what a suite audits)."""
+        return pending_rows(self.spark, self.table, transaction.txn_id)
 
     # ----------------------------------------------------------------- hooks
 
     def acquire(self) -> None:
-        self.schema, created = ensure_sink_table(
+        self._table, created = ensure_sink_table(
             self.spark,
             self.path,
             sink_id=self.sink_id,
             schema=self._given_schema,
             journal=self.journal_path,
+            partition_by=self.options.partition_by,
         )
+        self.schema = self._table.schema
         if self.validation is not None and self._given_schema is None:
             self.validation.check_columns(self.schema.fieldNames())
         # A table with history but no journal must not silently get a new, empty one:
@@ -281,6 +302,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"LOCATION {string_literal(self.path)}"
             )
         self._lock.acquire()
+        # After the lock: no other process of this writer can append any more.
+        self._txn_version = transaction_version(self.path, self._app_id())
 
     def ready(self) -> None:
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
@@ -324,27 +347,32 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         progress = self._live(transaction)
         check_columns(value.schema, self.schema, what="the DataFrame")
         frame = value.select(
+            F.lit(False).alias(VISIBLE),
+            F.lit(transaction.txn_id).alias(PENDING),
             F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID),
             F.lit(transaction.txn_id).alias(TXN_ID),
-            F.lit(False).alias(VISIBLE),
             *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
         )
         step = progress.appends + 1
         if not progress.journaled:  # before any row lands, so recovery knows to abort it
             self.journal.record(self._entry(transaction, TxnState.OPEN))
             progress.journaled = True
+        # Taken before the first attempt: once sent, a version may have committed, so no
+        # later append may reuse it; a retry of this one does, and Delta skips it if so.
+        self._txn_version += 1
+        version = self._txn_version
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
             try:
                 self._step("before_append", transaction)
                 # The frame's own session writes it: in foreachBatch, a clone of ours.
-                with session_conf(frame.sparkSession, SINGLE_PARTITION_WRITES):
+                with session_conf(frame.sparkSession, WRITE_SETTINGS):
                     (
                         frame.observe(observation, F.count(F.lit(1)).alias("rows"))
                         .write.format("delta")
                         .mode("append")
-                        .option("txnAppId", self._app_id(transaction))
-                        .option("txnVersion", str(step))
+                        .option("txnAppId", self._app_id())
+                        .option("txnVersion", str(version))
                         .option("userMetadata", self._metadata("write", transaction, step=step))
                         .save(self.path)
                     )
@@ -396,7 +424,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         progress = self._progress.get(transaction.txn_id)
         rows = progress.rows if progress else None
         self._step("before_flip", transaction)
-        flipped = self._flip(transaction) if rows != 0 else 0
+        flipped = self._flip(transaction, rows) if rows != 0 else 0
         self._step("after_flip", transaction)
         try:
             self.journal.record(
@@ -471,24 +499,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
         return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
 
-    def _flip(self, transaction: DeltaTransaction) -> int:
-        """One idempotent MERGE: only masked rows of exactly this transaction match."""
-        key = (
-            f"t.{CHECKPOINT_ID} = {transaction.checkpoint_id} "
-            f"AND t.{TXN_ID} = {string_literal(transaction.txn_id)}"
-        )
+    def _flip(self, transaction: DeltaTransaction, rows: int | None) -> int:
+        """One idempotent MERGE: only masked rows of exactly this transaction match.
+
+        It moves them from the transaction's pending partition into the committed one; run
+        again, it finds nothing left there and changes nothing.
+        """
+        txn = string_literal(transaction.txn_id)
         statement = (
             f"MERGE INTO {delta_path(self.path)} AS t "
-            f"USING (SELECT {transaction.checkpoint_id} AS checkpoint_id, "
-            f"{string_literal(transaction.txn_id)} AS txn_id) AS s "
-            f"ON {key} AND t.{CHECKPOINT_ID} = s.checkpoint_id AND t.{TXN_ID} = s.txn_id "
-            f"AND NOT t.{VISIBLE} "
-            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true"
+            f"USING (SELECT {transaction.checkpoint_id} AS checkpoint_id, {txn} AS txn_id) AS s "
+            # The literals pin the partition, so Delta reads (and conflict-checks) it alone.
+            f"ON t.{VISIBLE} = false AND t.{PENDING} = {txn} "
+            f"AND t.{PENDING} = s.txn_id AND t.{CHECKPOINT_ID} = s.checkpoint_id "
+            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true, t.{PENDING} = NULL"
         )
 
         def run() -> int:
             metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
-            with session_conf(self.spark, {**SINGLE_PARTITION_WRITES, **metadata}):
+            settings = {**WRITE_SETTINGS, **merge_settings(rows), **metadata}
+            with session_conf(self.spark, settings):
                 metrics = self.spark.sql(statement).first()
             return int(metrics["num_updated_rows"]) if metrics else 0
 
@@ -513,10 +543,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 "stays pending, and the next commit (idempotent) settles it"
             ) from exc
 
-    def _app_id(self, transaction: DeltaTransaction) -> str:
-        # One appId per transaction: its appends' versions (1, 2, ...) only grow, and no
-        # other transaction's, not even one replaying the same checkpoint id, are skipped.
-        return f"lakesink:{self.sink_id}:{transaction.writer_id}:{transaction.txn_id}"
+    def _app_id(self) -> str:
+        # One appId per writer, whose versions only grow (``_txn_version``): no transaction's
+        # append, not even one replaying a checkpoint id, is skipped as another's repeat,
+        # and the log's txn actions stay one per writer however many transactions pass.
+        return f"lakesink:{self.sink_id}:{self.writer_id}"
 
     def _entry(self, transaction: DeltaTransaction, state: TxnState, **extra: Any) -> JournalEntry:
         return JournalEntry(
@@ -545,10 +576,18 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._step_hook(name, transaction.checkpoint_id)
 
 
+def writer_locks(path: str) -> list[ProcessLock]:
+    """A lock for every writer of the table at ``path`` that ever ran (held or not)."""
+    return [
+        ProcessLock(lock, f"writer {lock.stem.removeprefix(_WRITER_LOCK_PREFIX)!r} of {path}")
+        for lock in sorted(Path(path).glob(f"{_WRITER_LOCK_PREFIX}*.lock"))
+    ]
+
+
 def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:
     """The lock a live writer of the table at ``path`` holds (hidden from Delta by its ``_``)."""
     return ProcessLock(
-        Path(path) / f"_lakesink_writer_{writer_id}.lock",
+        Path(path) / f"{_WRITER_LOCK_PREFIX}{writer_id}.lock",
         f"writer {writer_id!r} of sink {sink_id!r}",
     )
 

@@ -1,4 +1,7 @@
-"""Rewrite a job's checkpoint table of format 1 (lakesink 0.1) in the current format.
+"""Rewrite tables of an older lakesink format in the current one: a job's checkpoint table,
+and a sink table.
+
+**Checkpoint table.** Rewrite one of format 1 (lakesink 0.1) in the current format.
 
 Format 1 kept what a checkpoint consumed in ``files``, ``quarantined`` and ``row_count``
 columns; the current format keeps it as JSON in ``detail``. Every record keeps its id, its
@@ -12,6 +15,13 @@ when run again, and never a state folder without its records:
 1. the new table is written whole beside the old one (``checkpoints.migrating``);
 2. the old table is renamed ``checkpoints.format1`` (kept, for the record);
 3. the new one is renamed ``checkpoints``.
+
+**Sink table.** Format 1 partitioned it by checkpoint and transaction id, the masking bit an
+ordinary column; format 2 by the masking bit and the pending transaction (readers skip masked
+files, committed rows share a partition). ``migrate_table`` rewrites every row in place in
+one Delta commit, each keeping its hidden columns (so every transaction's state), then
+records format 2 in the table's properties. Cut short between the two, it finishes when run
+again. It holds every writer lock of the table meanwhile: a running writer refuses it.
 """
 
 from __future__ import annotations
@@ -27,11 +37,30 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord
 from lakesink.delta.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
-from lakesink.delta.format import CHECKPOINTS_FORMAT, FORMAT_PROPERTY
-from lakesink.delta.sql import delta_path
-from lakesink.errors import TableNotFoundError
+from lakesink.delta.format import (
+    CHECKPOINTS_FORMAT,
+    FORMAT_PROPERTY,
+    HIDDEN_FIELDS,
+    LAKESINK_PARTITIONS,
+    PENDING,
+    SINK_ID_PROPERTY,
+    TABLE_FORMAT,
+    TXN_ID,
+    VISIBLE,
+    commit_metadata,
+)
+from lakesink.delta.sink import writer_locks
+from lakesink.delta.sql import delta_path, quote_identifier, string_literal
+from lakesink.errors import AlreadyRunningError, TableNotFoundError
 
-__all__ = ["MigrationPlan", "migrate_checkpoints", "plan_migration"]
+__all__ = [
+    "MigrationPlan",
+    "TableMigrationPlan",
+    "migrate_checkpoints",
+    "migrate_table",
+    "plan_migration",
+    "plan_table_migration",
+]
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +137,103 @@ def _record(row: dict) -> CheckpointRecord:
         "quarantined": json.loads(row["quarantined"]),
     }
     return from_row({**row, "detail": json.dumps(detail)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableMigrationPlan:
+    """What ``migrate_table`` does (or did) to one sink table."""
+
+    path: str
+    step: str  # "nothing", "migrate" (rewrite, then format) or "finish" (the format only)
+    version: int  # the table's format before
+    rows: int
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        what = {
+            "nothing": f"{self.path} is in format {TABLE_FORMAT} already: nothing to do",
+            "migrate": (
+                f"{self.path}: {self.rows} row(s) rewritten from format {self.version} to "
+                f"{TABLE_FORMAT} (partitioned by {', '.join(LAKESINK_PARTITIONS)})"
+            ),
+            "finish": f"{self.path}: finished a migration that was cut short",
+        }[self.step]
+        return ("DRY RUN: would be " if self.dry_run else "") + what
+
+
+def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
+    """Look at a sink table; change nothing.
+
+    Raises:
+        TableNotFoundError: No lakesink table there.
+    """
+    path = str(Path(path).resolve())
+    if not (Path(path) / "_delta_log").is_dir():
+        raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
+    properties = detail["properties"] or {}
+    if SINK_ID_PROPERTY not in properties:
+        raise TableNotFoundError(f"the Delta table at {path} is not a lakesink table")
+    version = int(properties.get(FORMAT_PROPERTY, "1"))
+    if version >= TABLE_FORMAT:
+        return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
+    if tuple(detail["partitionColumns"]) == LAKESINK_PARTITIONS:
+        return TableMigrationPlan(path=path, step="finish", version=version, rows=0)
+    rows = spark.read.format("delta").load(path).count()
+    return TableMigrationPlan(path=path, step="migrate", version=version, rows=rows)
+
+
+def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> TableMigrationPlan:
+    """Migrate a sink table to the current format (``plan_table_migration``, then do it).
+
+    Raises:
+        TableNotFoundError: No lakesink table there.
+        AlreadyRunningError: A writer of the table runs; stop it first.
+    """
+    plan = plan_table_migration(spark, path)
+    if dry_run or plan.step == "nothing":
+        return dataclasses.replace(plan, dry_run=dry_run)
+    locks = writer_locks(plan.path)
+    for lock in locks:  # also a writer in this process, whose lock acquire() would take over
+        if lock.is_held():
+            raise AlreadyRunningError(
+                f"{lock.what} is running (lock {lock.path}); stop it, then migrate the table"
+            )
+    taken = []
+    try:
+        for lock in locks:  # so that no writer starts meanwhile
+            lock.acquire()
+            taken.append(lock)
+        if plan.step == "migrate":
+            _rewrite(spark, plan)
+        spark.sql(
+            f"ALTER TABLE {delta_path(plan.path)} SET TBLPROPERTIES "
+            f"({string_literal(FORMAT_PROPERTY)} = {string_literal(str(TABLE_FORMAT))})"
+        )
+        log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
+    finally:
+        for lock in taken:
+            lock.release()
+    return plan
+
+
+def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
+    """Every row in format 2's layout, in one overwrite (Delta reads the snapshot first)."""
+    table = spark.read.format("delta").load(plan.path)
+    hidden = {f.name for f in HIDDEN_FIELDS}
+    user = [quote_identifier(c) for c in table.columns if c not in hidden]
+    pending = f"CASE WHEN {VISIBLE} THEN NULL ELSE {TXN_ID} END AS {PENDING}"
+    columns = [f.name if f.name != PENDING else pending for f in HIDDEN_FIELDS]
+    sink_id = (spark.sql(f"DESCRIBE DETAIL {delta_path(plan.path)}").first()["properties"])[
+        SINK_ID_PROPERTY
+    ]
+    (
+        table.selectExpr(*columns, *user)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option("userMetadata", commit_metadata("migrate", sink_id, format=TABLE_FORMAT))
+        .partitionBy(*LAKESINK_PARTITIONS)
+        .save(plan.path)
+    )
+    log.info("rewrote %d row(s) of %s", plan.rows, plan.path)

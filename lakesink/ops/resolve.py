@@ -19,7 +19,7 @@ from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.format import read_sink_table
 from lakesink.delta.journal import Journal, TransactionStatus
-from lakesink.delta.readers import transaction_rows
+from lakesink.delta.readers import pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import UnknownCheckpointError
 from lakesink.ops.status import sink_status
@@ -102,8 +102,7 @@ def revalidate_checkpoint(
     journal = Journal(spark, table.journal_path, create=False)
     results = []
     for txn in transactions:
-        rows = transaction_rows(spark, table, txn.checkpoint_id, txn.txn_id)
-        report = gate.validate(rows)
+        report = gate.validate(pending_rows(spark, table, txn.txn_id))
         journal.record(
             txn.event(
                 table_path=table.path,

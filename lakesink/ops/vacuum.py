@@ -9,13 +9,15 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    journal shows a commit decided for (``committing``/``committed``: something is
    inconsistent, leave it to a human). An aborted transaction that had been pre-committed
    (recovery aborts those whose checkpoint never completed) is removed. Count the masked
-   rows of the rest and the files holding them.
+   rows of the rest and the files holding them, from the table's log.
 2. Execute: journal the expired ones aborted, then read the journal again and keep out
    every expired one that was pre-committed in the meantime (its writer lives on, recovery
    may commit it; invariant 3).
-3. One DELETE of exactly the masked rows of the remaining transactions, pinned to their
-   partitions, so concurrent blind appends into other partitions never conflict with it;
-   write conflicts are retried with backoff. One journal event per vacuumed transaction.
+3. One DELETE of exactly the masked rows of the remaining transactions, a predicate on
+   partition columns only: Delta removes their pending partitions' files from the log
+   without reading them, and concurrent appends and commits into other partitions never
+   conflict with it; write conflicts are retried with backoff. One journal event per
+   vacuumed transaction.
 4. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
    left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM runs for real.
 
@@ -39,7 +41,8 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, commit_metadata, read_sink_table
+from lakesink.delta.deltars import partition_files
+from lakesink.delta.format import PENDING, VISIBLE, commit_metadata, read_sink_table
 from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 from lakesink.delta.sink import writer_lock
 from lakesink.delta.spark import (
@@ -281,7 +284,7 @@ def plan_vacuum(
         [*aborted, *expired], {s.txn_id for s in expired}, prefix
     )
     log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
-    counts, files = _scan(spark, path, _predicate(targets)) if targets else ({}, set())
+    counts, files = _scan(spark, path, targets) if targets else ({}, set())
     return VacuumPlan(
         table_path=path,
         sink_id=sink_id,
@@ -471,26 +474,32 @@ def _interval_hours(interval: str) -> float:
 
 
 def _predicate(targets: Sequence[TransactionStatus]) -> str:
-    # Both partition columns pinned, so Delta reads (and conflict-checks) only these
-    # transactions' files; NOT visible so even a wrong journal cannot cost a committed row.
-    checkpoints = ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets}))
-    return (
-        f"{TXN_ID} IN ({_strings(s.txn_id for s in targets)}) "
-        f"AND {CHECKPOINT_ID} IN ({checkpoints}) AND NOT {VISIBLE}"
-    )
+    # Partition columns only: Delta drops these transactions' pending partitions whole, from
+    # the log, without reading a row, and conflict-checks only them. NOT visible, so even a
+    # wrong journal cannot cost a committed row.
+    return f"NOT {VISIBLE} AND {PENDING} IN ({_strings(s.txn_id for s in targets)})"
 
 
-def _scan(spark: SparkSession, path: str, predicate: str) -> tuple[dict[str, int], set[str]]:
-    """Masked rows per transaction, and the data files holding them (decoded URIs)."""
-    rows = spark.sql(
-        f"SELECT {TXN_ID} AS txn_id, _metadata.file_path AS file, count(*) AS n "
-        f"FROM {delta_path(path)} WHERE {predicate} GROUP BY 1, 2"
-    ).collect()
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.txn_id] = counts.get(row.txn_id, 0) + int(row.n)
-    # _metadata.file_path is URL-encoded; VACUUM lists decoded paths: compare like with like.
-    return counts, {unquote(row.file) for row in rows}
+def _scan(
+    spark: SparkSession, path: str, targets: Sequence[TransactionStatus]
+) -> tuple[dict[str, int], set[str]]:
+    """Masked rows per transaction, and the data files holding them (as VACUUM lists them).
+
+    From the table's log: each file's row count statistic, no data read. A file written
+    with statistics off has none; then the rows are counted.
+    """
+    found = partition_files(path, PENDING, [s.txn_id for s in targets])
+    counts = {txn: f.rows for txn, f in found.items() if f.rows is not None}
+    if len(counts) < len(found):
+        predicate = _predicate([s for s in targets if s.txn_id not in counts])
+        for row in spark.sql(
+            f"SELECT {PENDING} AS txn, count(*) AS n FROM {delta_path(path)} "
+            f"WHERE {predicate} GROUP BY 1"
+        ).collect():
+            counts[row.txn] = int(row.n)
+    # The log's paths are relative and URL-encoded; VACUUM lists decoded absolute ones.
+    files = {f"file:{path}/{unquote(f)}" for p in found.values() for f in p.files}
+    return counts, files
 
 
 def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefix: str) -> int:
