@@ -35,7 +35,7 @@ from benchmarks.harness import (
 from benchmarks.report import Column, Section
 from lakesink.delta.readers import committed
 
-__all__ = ["ReaderPoint", "measure", "reader_section"]
+__all__ = ["QUERIES", "ReaderPoint", "measure", "reader_section", "same_rows"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _round(
     def plain_rows() -> DataFrame:
         return spark.read.format("delta").load(plain)
 
-    total = _same_rows(lakesink_rows(), plain_rows(), path)
+    total = same_rows(lakesink_rows(), plain_rows(), path)
     scans = ScanCounter(spark)
     points = []
     for name, query in QUERIES.items():
@@ -135,7 +135,7 @@ def _round(
     return points
 
 
-def _same_rows(lakesink: DataFrame, plain: DataFrame, path: str) -> int:
+def same_rows(lakesink: DataFrame, plain: DataFrame, path: str) -> int:
     """Check that both tables hold the same rows; return how many."""
     summary = [F.count(F.lit(1)).alias("rows"), F.sum("id").alias("ids")]
     ours, theirs = lakesink.agg(*summary).first(), plain.agg(*summary).first()

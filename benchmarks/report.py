@@ -110,7 +110,7 @@ def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(2, 4, figsize=(22, 10))
+    figure, axes = plt.subplots(3, 3, figsize=(20, 15))
     panels = axes.flatten()
     for ax, (number, section) in zip(panels, enumerate(sections, 1), strict=False):
         _panels()[section.key](ax, f"{number}. {section.title}", section)
@@ -178,6 +178,12 @@ def _panels() -> dict[str, Callable[..., None]]:
             label=lambda row: f"{_short(row['rows'])} rows a sink",
             bars=(("ratio", "checkpoint, two sinks"),),
             ylabel="x two plain Delta appends",
+        ),
+        "accumulated": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['checkpoints'])} checkpoints\n{row['state']}",
+            bars=(("ratio", "committed-view aggregate"),),
+            ylabel="x the same aggregate on plain Delta",
         ),
     }
 

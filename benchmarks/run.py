@@ -12,6 +12,8 @@ generating them is never measured) and, in one run:
 4. Reader overhead: committed view vs plain Delta, with and without masked rows.
 5. Vacuum cost: one aborted checkpoint, in tables of growing size.
 6. Micro-batch cost: StreamingSink vs Delta's idempotent foreachBatch write.
+7. A whole checkpoint of two sinks through the coordinator vs two plain appends.
+8. Readers of a table of many checkpoints, before and after lakesink's compaction.
 
 Every figure is a median of repetitions and a ratio to plain Delta work measured in the
 same run. It reports; it asserts no speed. ``--conf key=value`` passes Spark settings,
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks import checkpoint, history, reader, streaming, write_path
+from benchmarks import accumulated, checkpoint, history, reader, streaming, write_path
 from benchmarks.harness import (
     REPO,
     LoadSampler,
@@ -65,6 +67,8 @@ class Suite:
         stream_batches: Micro-batches per query in section 6.
         checkpoint_rows: Rows per sink and checkpoint in section 7.
         checkpoints: Checkpoints per repetition in section 7.
+        accumulated_rows: Rows of the tables of section 8.
+        accumulated: Committed checkpoints those rows are spread over, per point.
         repetitions: Timed repetitions behind each median.
     """
 
@@ -78,6 +82,8 @@ class Suite:
     stream_batches: int
     checkpoint_rows: tuple[int, ...]
     checkpoints: int
+    accumulated_rows: int
+    accumulated: tuple[int, ...]
     repetitions: int
 
 
@@ -92,6 +98,8 @@ FULL = Suite(
     stream_batches=4,
     checkpoint_rows=(10_000, 100_000),
     checkpoints=4,
+    accumulated_rows=1_000_000,
+    accumulated=(10, 1_000, 5_000),
     repetitions=3,
 )
 QUICK = Suite(
@@ -105,6 +113,8 @@ QUICK = Suite(
     stream_batches=2,
     checkpoint_rows=(10_000,),
     checkpoints=2,
+    accumulated_rows=50_000,
+    accumulated=(10, 200),
     repetitions=1,
 )
 
@@ -124,6 +134,7 @@ SECTIONS = (
     "vacuum",
     "streaming",
     "checkpoint",
+    "accumulated",
 )
 
 
@@ -171,6 +182,12 @@ def run(
             spark, workspace, suite.checkpoint_rows, suite.checkpoints, suite.repetitions
         )
         found["checkpoint"] = checkpoint.checkpoint_section(whole)
+    if "accumulated" in sections:
+        rows = cached_rows(spark, suite.accumulated_rows)
+        log.info("8. readers over %s checkpoints", list(suite.accumulated))
+        grown = accumulated.measure(spark, workspace, rows, suite.accumulated, suite.repetitions)
+        rows.unpersist()
+        found["accumulated"] = accumulated.accumulated_section(grown)
     return [found[key] for key in SECTIONS if key in sections]
 
 

@@ -143,6 +143,17 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _ratio_of(row, "ratio", "lakesink_s", "plain_s")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
+    grown = sections["accumulated"]["rows"]  # both tables' rows were checked by the run
+    assert [(r["checkpoints"], r["state"]) for r in grown] == [
+        (n, state) for n in QUICK.accumulated for state in ("as committed", "after maintenance")
+    ]
+    for before, after in zip(grown[::2], grown[1::2], strict=True):
+        assert before["rows"] == after["rows"] == QUICK.accumulated_rows
+        # One file per checkpoint as committed; compaction merged them.
+        assert before["files"] == before["checkpoints"] > after["files"] >= 1
+        _positive(after, "plain_s", "lakesink_s", "maintenance_s")
+        _ratio_of(after, "ratio", "lakesink_s", "plain_s")
+
 
 @pytest.mark.slow
 def test_table_and_plot_are_written(quick_run) -> None:

@@ -196,7 +196,12 @@ def test_dry_run_changes_nothing_yet_reports_the_same_numbers(spark, table):
 
     real = vacuum(spark, str(table), **options)
 
-    assert replace(dry, dry_run=False) == real
+    # The same report, but for what compaction did (the dry run counts the files it would
+    # compact, the run also what it rewrote).
+    assert replace(dry, dry_run=False, compaction=real.compaction) == real
+    assert [(c.what, c.files_before) for c in dry.compaction] == [
+        (c.what, c.files_before) for c in real.compaction
+    ]
     assert rows_by_txn(spark, table) == {}
 
 
@@ -215,8 +220,9 @@ def test_a_second_run_removes_nothing(spark, table):
 
 def test_vacuum_while_another_writer_appends_and_commits_loses_nothing(spark, table):
     live = open_sink(spark, table, writer_id="live")
-    write(spark, live, range(10))
-    live.notify_checkpoint_complete(live.checkpoint())
+    for ids in (range(5), range(5, 10)):  # two files to compact in the committed partition
+        write(spark, live, ids)
+        live.notify_checkpoint_complete(live.checkpoint())
     dead = abort_one(spark, table, [-1, -2], writer_id="dead")
     before = {r.order_id for r in committed(spark, str(table)).collect()}
     appended: list[int] = []
@@ -252,13 +258,46 @@ def test_vacuum_while_another_writer_appends_and_commits_loses_nothing(spark, ta
         f"version > {start} AND version <= {end}"
     )
     operations = {r.operation for r in history.collect()}
-    assert {"DELETE", "VACUUM END"} <= operations
+    assert {"DELETE", "OPTIMIZE", "VACUUM END"} <= operations
     assert operations & {"WRITE", "MERGE"}, "the writer committed nothing while vacuum ran"
     assert report.txn_ids == (dead,) and report.rows_removed == 2
     after = sorted(r.order_id for r in committed(spark, str(table)).collect())
     assert after == sorted([*before, *appended])
     assert dead not in rows_by_txn(spark, table)
     live.close()
+
+
+@pytest.mark.slow
+def test_vacuum_compacts_the_committed_rows_and_the_journal_unless_told_not_to(spark, table):
+    sink = open_sink(spark, table)
+    for ids in ([1, 2], [3], [4, 5]):
+        write(spark, sink, ids)
+        sink.notify_checkpoint_complete(sink.checkpoint())
+    write(spark, sink, [6])
+    pending = sink.checkpoint()  # its file is left alone
+    journal = default_journal_path(str(table))
+    before = rows_by_txn(spark, table)
+    committed_files = list(table.glob(f"{VISIBLE}=true/*/*.parquet"))
+    assert len(committed_files) >= 3
+
+    skipped = run_job("--table", str(table), "--no-compact", "--json", "--master", "local[1]")
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads(skipped.stdout)["compaction"] == []
+    report = vacuum(spark, str(table))
+
+    (rows_part, journal_part) = report.compaction
+    assert (rows_part.what, journal_part.what) == ("committed rows", "journal")
+    assert rows_part.files_before == len(committed_files)
+    assert rows_part.files_removed == len(committed_files) and rows_part.files_added == 1
+    assert journal_part.files_removed > 1 and journal_part.files_added == 1
+    assert rows_by_txn(spark, table) == before  # every row, every flag, as it was
+    live = committed(spark, str(table))
+    assert len(live.inputFiles()) == 1
+    assert sorted(r.order_id for r in live.collect()) == [1, 2, 3, 4, 5]
+    assert len(spark.read.format("delta").load(journal).inputFiles()) == 1
+    sink.notify_checkpoint_complete(pending)  # the pending rows still commit
+    assert sorted(r.order_id for r in committed(spark, str(table)).collect()) == [1, 2, 3, 4, 5, 6]
+    sink.close()
 
 
 def test_aborted_after_a_pre_commit_goes_but_aborted_after_a_commit_decision_stays(spark, table):

@@ -59,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="permit a retention below the table's; only when nothing writes to it",
     )
+    parser.add_argument(
+        "--no-compact",
+        dest="compact",
+        action="store_false",
+        help="skip compacting the committed rows and the journal (OPTIMIZE; safe while "
+        "writers run, so on by default)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master URL (default local[*])")
@@ -108,6 +115,7 @@ def _run(args: argparse.Namespace) -> VacuumReport:
             expire_open_after=timedelta(hours=args.expire_open_hours),
             retain_hours=args.retain_hours,
             allow_short_retention=args.allow_short_retention,
+            compact=args.compact,
             dry_run=args.dry_run,
         )
     finally:
@@ -158,6 +166,14 @@ def _summary(report: VacuumReport) -> str:
             f"  checkpoint {txn.checkpoint_id} txn {txn.txn_id} (writer {txn.writer_id}, "
             f"{why}): {txn.rows} row(s)"
         )
+    for part in report.compaction:
+        if report.dry_run:
+            lines.append(f"  would compact the {part.what}: {part.files_before} file(s)")
+        else:
+            lines.append(
+                f"  compacted the {part.what}: {part.files_removed} of {part.files_before} "
+                f"file(s) rewritten into {part.files_added}"
+            )
     for txn_id in report.skipped_txn_ids:
         lines.append(f"  skipped {txn_id}: aborted, but pre-committed once; left for recovery")
     return "\n".join(lines)

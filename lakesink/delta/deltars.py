@@ -8,21 +8,27 @@
   append-only) and commit by creating the next log file only if it is absent, so Spark and
   delta-rs processes append to one table at once safely; the tables are still created by
   Spark.
-- **Reads of a table's log**: the last ``txnVersion`` of an app id, and the data files of
-  given partitions with their row counts. Through delta-spark both cost Spark jobs (a state
-  reconstruction; a scan of the files).
+- **Reads of a table's log**: the last ``txnVersion`` of an app id, the data files of
+  given partitions with their row counts, a partition's file count. Through delta-spark
+  each costs Spark jobs (a state reconstruction; a scan of the files).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-__all__ = ["PartitionFiles", "append_rows", "partition_files", "transaction_version"]
+__all__ = [
+    "PartitionFiles",
+    "append_rows",
+    "file_count",
+    "partition_files",
+    "transaction_version",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,12 @@ def append_rows(path: str, rows: Sequence[tuple]) -> None:
 def transaction_version(path: str, app_id: str) -> int:
     """The last ``txnVersion`` the Delta table at ``path`` recorded for ``app_id``; 0 if none."""
     return DeltaTable(path).transaction_version(app_id) or 0
+
+
+def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
+    """The data files of the Delta table at ``path`` (of one partition, if given)."""
+    filters = [(column, "=", value) for column, value in (partition or {}).items()]
+    return len(DeltaTable(path).file_uris(filters or None))
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,11 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    without reading them, and concurrent appends and commits into other partitions never
    conflict with it; write conflicts are retried with backoff. One journal event per
    vacuumed transaction.
-4. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
-   left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM runs for real.
+4. Compaction (``lakesink.ops.compact``, unless turned off): OPTIMIZE of the committed
+   partition and of the journal, which gain a small file per checkpoint.
+5. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
+   and the compaction left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM
+   runs for real.
 
 Each step is logged at INFO. Nothing in here ever touches a visible row: the DELETE itself
 says ``AND NOT _lakesink_visible``, whatever the journal said.
@@ -53,6 +56,7 @@ from lakesink.delta.spark import (
 )
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import ConfigurationError
+from lakesink.ops.compact import Compaction, compact, plan_compaction
 
 __all__ = [
     "VacuumPlan",
@@ -110,6 +114,7 @@ class VacuumPlan:
         skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
             them, or (expired ones) their writer still runs.
         already_vacuumed: Aborted transactions whose rows an earlier run removed.
+        compaction: The tables to compact, with their file counts (empty: not compacting).
     """
 
     table_path: str
@@ -124,6 +129,7 @@ class VacuumPlan:
     files: frozenset[str]
     skipped_txn_ids: tuple[str, ...]
     already_vacuumed: int
+    compaction: tuple[Compaction, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +149,7 @@ class VacuumReport:
         skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
             them, or (expired ones) their writer still runs or pre-committed them after
             the plan read the journal.
+        compaction: What compaction did to each table (a dry run: their file counts).
     """
 
     table_path: str
@@ -154,6 +161,7 @@ class VacuumReport:
     files_removed: int
     bytes_removed: int
     skipped_txn_ids: tuple[str, ...] = ()
+    compaction: tuple[Compaction, ...] = ()
 
     @property
     def txn_ids(self) -> tuple[str, ...]:
@@ -212,6 +220,7 @@ def plan_vacuum(
     expire_open_after: timedelta = timedelta(hours=24),
     retain_hours: float | None = None,
     allow_short_retention: bool = False,
+    compact: bool = True,
     clock: Clock | None = None,
 ) -> VacuumPlan:
     """What a vacuum of the lakesink table at ``table_path`` would remove; changes nothing.
@@ -229,6 +238,7 @@ def plan_vacuum(
             ``delta.deletedFileRetentionDuration`` (168 h unless set).
         allow_short_retention: Permit a retention below that. A short retention can
             delete the files of a write in flight: use it only when nothing writes.
+        compact: Also compact the committed rows and the journal (safe while writers run).
         clock: Where "now" comes from (for the expiry and the journal's event times).
 
     Raises:
@@ -298,6 +308,7 @@ def plan_vacuum(
         files=frozenset(files),
         skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
         already_vacuumed=already,
+        compaction=tuple(plan_compaction(path, journal.path)) if compact else (),
     )
 
 
@@ -344,9 +355,10 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
                 for s in targets
             )
         )
+    compacted = compact(spark, list(plan.compaction), sink_id=plan.sink_id)
     files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
     return _report(
-        dataclasses.replace(plan, skipped_txn_ids=tuple(skipped)),
+        dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),
         targets,
         rows,
         files,
@@ -414,6 +426,7 @@ def _report(
         files_removed=files,
         bytes_removed=size,
         skipped_txn_ids=plan.skipped_txn_ids,
+        compaction=plan.compaction,
     )
     log.info(
         "vacuum %s%s: %s %d row(s) of %d transaction(s), %d file(s), %d bytes",

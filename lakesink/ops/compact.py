@@ -1,0 +1,106 @@
+"""Compaction: merge the small files lakesink's tables gain at every checkpoint.
+
+Each commit's MERGE writes its checkpoint's rows into the sink table's committed partition
+as a new file or two, and each checkpoint appends a small file to the journal (and to a
+job's checkpoint table). Left alone, a table that checkpoints every minute holds thousands
+of tiny files within days and every reader opens them all. Delta's ``OPTIMIZE`` rewrites
+them into few large files.
+
+Safe while writers run: ``OPTIMIZE`` commits with ``dataChange = false``, which Delta checks
+at snapshot isolation, so files other writers add meanwhile never conflict with it. It
+reads only the files it rewrites: of a sink table, the committed partition alone (the
+``WHERE`` names the masking bit, a partition column), which no pre-commit, commit or vacuum
+removes files from. A downstream stream of the table skips its commits (no data changed).
+
+Plan, then execute: the plan counts each table's files from its log (delta-rs, no Spark
+job), and a dry run is the plan alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from lakesink.delta.deltars import file_count
+from lakesink.delta.format import COMMITTED_FILTER, VISIBLE, commit_metadata
+from lakesink.delta.spark import session_commit_metadata
+from lakesink.delta.sql import delta_path
+
+__all__ = ["Compaction", "compact", "plan_compaction"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compaction:
+    """One table's compaction: planned (``files_before`` only) or done.
+
+    Attributes:
+        path: The table.
+        what: ``committed rows`` (of a sink table) or ``journal``.
+        files_before: Data files in the compacted part before.
+        files_removed: Files OPTIMIZE rewrote (0 in a dry run, or when nothing was small).
+        files_added: The files it wrote in their place.
+    """
+
+    path: str
+    what: str
+    files_before: int
+    files_removed: int = 0
+    files_added: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def plan_compaction(table_path: str, journal_path: str | None) -> list[Compaction]:
+    """The tables a compaction of a sink table covers, with their file counts; changes nothing.
+
+    The sink table's committed partition, and its journal if there is one.
+    """
+    planned = [
+        Compaction(
+            path=table_path,
+            what="committed rows",
+            files_before=file_count(table_path, {VISIBLE: "true"}),
+        )
+    ]
+    if journal_path and (Path(journal_path) / "_delta_log").is_dir():
+        planned.append(
+            Compaction(path=journal_path, what="journal", files_before=file_count(journal_path))
+        )
+    return planned
+
+
+def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> list[Compaction]:
+    """OPTIMIZE each planned table; return what each did."""
+    done = []
+    for part in plan:
+        where = f" WHERE {COMMITTED_FILTER}" if part.what == "committed rows" else ""
+        metadata = commit_metadata("compact", sink_id)
+        with session_commit_metadata(spark, metadata):
+            metrics = spark.sql(f"OPTIMIZE {delta_path(part.path)}{where}").first()
+        stats = metrics["metrics"] if metrics else None
+        removed = int(stats["numFilesRemoved"]) if stats else 0
+        added = int(stats["numFilesAdded"]) if stats else 0
+        log.info(
+            "compacted the %s of %s: %d file(s) rewritten into %d (of %d)",
+            part.what,
+            part.path,
+            removed,
+            added,
+            part.files_before,
+        )
+        done.append(
+            Compaction(
+                path=part.path,
+                what=part.what,
+                files_before=part.files_before,
+                files_removed=removed,
+                files_added=added,
+            )
+        )
+    return done
