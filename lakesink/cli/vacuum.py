@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         help="skip compacting the committed rows and the journal (OPTIMIZE; safe while "
         "writers run, so on by default)",
     )
+    parser.add_argument(
+        "--compact-min-files",
+        type=int,
+        metavar="N",
+        help="compact the committed rows or the journal only once it holds N files (default: "
+        "lakesink.ops.compact.MIN_FILES, 8)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master URL (default local[*])")
@@ -116,6 +123,11 @@ def _run(args: argparse.Namespace) -> VacuumReport:
             retain_hours=args.retain_hours,
             allow_short_retention=args.allow_short_retention,
             compact=args.compact,
+            **(
+                {"compact_min_files": args.compact_min_files}
+                if args.compact_min_files is not None
+                else {}
+            ),
             dry_run=args.dry_run,
         )
     finally:

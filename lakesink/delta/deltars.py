@@ -60,7 +60,7 @@ def transaction_version(path: str, app_id: str) -> int:
 def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
     """The data files of the Delta table at ``path`` (of one partition, if given)."""
     filters = [(column, "=", value) for column, value in (partition or {}).items()]
-    return len(DeltaTable(path).file_uris(filters or None))
+    return len(DeltaTable(path).file_uris(file_pruning_predicate=filters or None))
 
 
 @dataclass(frozen=True)

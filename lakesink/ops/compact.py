@@ -29,9 +29,13 @@ from lakesink.delta.format import COMMITTED_FILTER, VISIBLE, commit_metadata
 from lakesink.delta.spark import session_commit_metadata
 from lakesink.delta.sql import delta_path
 
-__all__ = ["Compaction", "compact", "plan_compaction"]
+__all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
 
 log = logging.getLogger(__name__)
+
+# Below this many files a part is left alone: readers barely notice a few files, and an
+# OPTIMIZE costs Spark jobs (seconds) even when it finds nothing to merge.
+MIN_FILES = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,12 +60,15 @@ class Compaction:
         return asdict(self)
 
 
-def plan_compaction(table_path: str, journal_path: str | None) -> list[Compaction]:
-    """The tables a compaction of a sink table covers, with their file counts; changes nothing.
+def plan_compaction(
+    table_path: str, journal_path: str | None, *, min_files: int = MIN_FILES
+) -> list[Compaction]:
+    """What a compaction of a sink table would merge, with file counts; changes nothing.
 
-    The sink table's committed partition, and its journal if there is one.
+    The sink table's committed partition, and its journal if there is one, each only if it
+    holds at least ``min_files`` files.
     """
-    planned = [
+    parts = [
         Compaction(
             path=table_path,
             what="committed rows",
@@ -69,10 +76,19 @@ def plan_compaction(table_path: str, journal_path: str | None) -> list[Compactio
         )
     ]
     if journal_path and (Path(journal_path) / "_delta_log").is_dir():
-        planned.append(
+        parts.append(
             Compaction(path=journal_path, what="journal", files_before=file_count(journal_path))
         )
-    return planned
+    for part in parts:
+        if part.files_before < min_files:
+            log.info(
+                "the %s of %s has %d file(s), fewer than %d: not compacted",
+                part.what,
+                part.path,
+                part.files_before,
+                min_files,
+            )
+    return [part for part in parts if part.files_before >= min_files]
 
 
 def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> list[Compaction]:

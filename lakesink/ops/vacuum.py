@@ -56,6 +56,7 @@ from lakesink.delta.spark import (
 )
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import ConfigurationError
+from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, compact, plan_compaction
 
 __all__ = [
@@ -221,6 +222,7 @@ def plan_vacuum(
     retain_hours: float | None = None,
     allow_short_retention: bool = False,
     compact: bool = True,
+    compact_min_files: int = COMPACT_MIN_FILES,
     clock: Clock | None = None,
 ) -> VacuumPlan:
     """What a vacuum of the lakesink table at ``table_path`` would remove; changes nothing.
@@ -239,6 +241,7 @@ def plan_vacuum(
         allow_short_retention: Permit a retention below that. A short retention can
             delete the files of a write in flight: use it only when nothing writes.
         compact: Also compact the committed rows and the journal (safe while writers run).
+        compact_min_files: Compact a part only if it holds at least this many files.
         clock: Where "now" comes from (for the expiry and the journal's event times).
 
     Raises:
@@ -308,7 +311,11 @@ def plan_vacuum(
         files=frozenset(files),
         skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
         already_vacuumed=already,
-        compaction=tuple(plan_compaction(path, journal.path)) if compact else (),
+        compaction=(
+            tuple(plan_compaction(path, journal.path, min_files=compact_min_files))
+            if compact
+            else ()
+        ),
     )
 
 
