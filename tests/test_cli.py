@@ -97,6 +97,40 @@ def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
     assert "nothing pending in checkpoint 2" in capsys.readouterr().err
 
 
+def test_a_pending_checkpoint_is_audited_with_sql_by_name_before_it_is_published(
+    spark, tmp_path, capsys
+):
+    from lakesink import DeltaSink, committed
+    from lakesink.cli import main
+
+    path = str(tmp_path / "orders")
+    schema = "order_id BIGINT, amount DOUBLE"
+    sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_audited")
+    sink.write(spark.createDataFrame([(1, 5.0)], schema))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.write(spark.createDataFrame([(2, 7.0), (3, -1.0)], schema))
+    pending = sink.checkpoint()  # pre-committed: about to be published
+
+    assert main(["checkpoint-view", path, "--checkpoint", str(pending)]) == 0
+    assert f"view orders_checkpoint_{pending}: the rows of checkpoint" in capsys.readouterr().out
+    view = f"orders_checkpoint_{pending}"
+    assert spark.table(view).columns == ["order_id", "amount"]  # like the committed view
+    assert sorted(r.order_id for r in spark.sql(f"SELECT order_id FROM {view}").collect()) == [
+        2,
+        3,
+    ]
+    # A SQL check (what a dbt test runs) finds the bad row before anyone can read it.
+    assert spark.sql(f"SELECT count(*) AS bad FROM {view} WHERE amount < 0").first().bad == 1
+    assert sorted(r.order_id for r in spark.table("cli_audited").collect()) == [1]
+
+    assert main(["checkpoint-view", path, "--checkpoint", "7", "--name", "v7"]) == 2
+    assert "nothing pending in checkpoint 7" in capsys.readouterr().err
+    sink.notify_checkpoint_complete(pending)
+    assert spark.table(view).count() == 0  # published: nothing pending any more
+    assert sorted(r.order_id for r in committed(spark, path).collect()) == [1, 2, 3]
+    sink.close()
+
+
 def test_job_commands_have_their_own_help():
     result = run("vacuum", "--help")
     assert result.returncode == 0, result.stderr

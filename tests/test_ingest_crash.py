@@ -14,6 +14,10 @@ holds whole batches only (a prefix of the order ids, each once, since every batc
 the next two files); after the last run every generated order is committed exactly once,
 in both sinks. And every tool names the same checkpoint ids: Spark's commit log,
 ``lakesink status`` and both sinks' journals.
+
+A downstream streaming query (``lakesink.delta.readers.committed_stream`` into a plain
+Delta table) runs after every run of the chain, killed or not: each time, its table holds
+exactly the orders the committed view holds, each once, never a pending or aborted one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kafka_fixture import produce
 from lakesink import committed
 from lakesink.core import TxnState
 from lakesink.delta.journal import Journal
+from lakesink.delta.readers import committed_stream
 from lakesink.streaming import recorded_batch
 
 pytestmark = pytest.mark.slow
@@ -110,6 +115,7 @@ class Kill:
     point: str
     run: subprocess.CompletedProcess[str]
     committed_ids: Counter[int]
+    downstream_ids: Counter[int]  # what the downstream query's table held after it ran
 
 
 @dataclass(frozen=True)
@@ -119,18 +125,40 @@ class Chain:
     last_run: subprocess.CompletedProcess[str]
     committed_ids: Counter[int]
     committed_totals: int | None  # None: a chain without the totals sink
+    downstream_ids: Counter[int]
 
 
 def committed_ids(spark, tmp_path: Path) -> Counter[int]:
     return Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
 
 
+def downstream(spark, tmp_path: Path) -> Counter[int]:
+    """Run the downstream query over what the orders table holds now; return its table's ids."""
+    silver = tmp_path / "silver"
+    query = (
+        committed_stream(spark, str(tmp_path / "orders"))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "silver-checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(silver))
+    )
+    query.awaitTermination(600)
+    assert query.exception() is None, query.exception()
+    return Counter(r.order_id for r in spark.read.format("delta").load(str(silver)).collect())
+
+
 def run_chain(spark, tmp_path: Path, points, source: tuple[str, ...] = (), *extra: str) -> Chain:
-    """Run the job once per crash point, each run killed there, then once to the end."""
+    """Run the job once per crash point, each run killed there, then once to the end; the
+    downstream query after each run."""
     kills = {}
     for point in points:
         run = ingest(tmp_path, point, *extra, source=source)
-        kills[point] = Kill(point=point, run=run, committed_ids=committed_ids(spark, tmp_path))
+        kills[point] = Kill(
+            point=point,
+            run=run,
+            committed_ids=committed_ids(spark, tmp_path),
+            downstream_ids=downstream(spark, tmp_path),
+        )
     last_run = ingest(tmp_path, None, *extra, source=source)
     totals = None
     if (tmp_path / "totals").exists():
@@ -141,6 +169,7 @@ def run_chain(spark, tmp_path: Path, points, source: tuple[str, ...] = (), *extr
         last_run=last_run,
         committed_ids=committed_ids(spark, tmp_path),
         committed_totals=totals,
+        downstream_ids=downstream(spark, tmp_path),
     )
 
 
@@ -200,6 +229,19 @@ def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point
     assert_killed_leaving_whole_batches(chain.kills[point], CRASH_POINTS[point])
     assert_every_order_once(chain)  # after the restarts that followed
     assert chain.committed_totals == ORDERS  # the second sink of the same batches
+
+
+@pytest.mark.xdist_group("ingest_crash")
+def test_a_downstream_stream_gets_every_committed_order_exactly_once(spark, chain: Chain) -> None:
+    # After each kill, pending rows (a pre-committed batch 1), aborted ones (its first
+    # attempt) and a half-done recovery were in the table: the stream took none of them.
+    for kill in chain.kills.values():
+        assert kill.downstream_ids == kill.committed_ids, kill.point
+    raw = spark.read.format("delta").load(str(chain.work / "orders"))
+    assert raw.where("NOT _lakesink_visible").count() > 0  # masked rows were there to skip
+    assert chain.downstream_ids == chain.committed_ids
+    assert set(chain.downstream_ids) == set(range(1, ORDERS + 1))
+    assert max(chain.downstream_ids.values()) == 1
 
 
 def test_a_killed_kafka_query_replays_its_batch_and_commits_every_record_once(

@@ -158,6 +158,20 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if all(report.success for _, report in results) else 1
 
 
+def _checkpoint_view(args: argparse.Namespace) -> int:
+    from lakesink.ops.resolve import create_checkpoint_view
+
+    spark = _session(args)
+    table = str(Path(args.table).resolve())
+    name, transactions = create_checkpoint_view(spark, table, args.checkpoint, args.name)
+    states = ", ".join(sorted({t.state.value for t in transactions}))
+    print(
+        f"view {name}: the rows of checkpoint {args.checkpoint} ({len(transactions)} "
+        f"transaction(s), {states}); query it with SQL before you commit or abort it"
+    )
+    return 0
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_checkpoints
 
@@ -267,9 +281,22 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--checkpoint", type=int, required=True)
     validate.add_argument("--suite", required=True, metavar="FILE", help="GX suite JSON file")
     validate.set_defaults(func=_validate)
+    view = commands.add_parser(
+        "checkpoint-view",
+        help="a SQL view of a pending or held checkpoint's rows, to audit before publishing",
+        description="Create (or replace) a catalog view of the rows of a checkpoint that is "
+        "pre-committed or held by the validation gate, user columns only, so SQL checks "
+        "(dbt tests, ad hoc queries, a SQL client over the shared metastore) can audit what "
+        "is about to be published. It is empty once the checkpoint is committed or "
+        "vacuumed. Exit 0 done, 2 bad input (nothing pending in that checkpoint).",
+    )
+    view.add_argument("table", help="path of the lakesink table")
+    view.add_argument("--checkpoint", type=int, required=True)
+    view.add_argument("--name", help="the view's name (default: <sink id>_checkpoint_<N>)")
+    view.set_defaults(func=_checkpoint_view)
     for sub in (status, checkpoints, validate):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
-    for sub in (status, checkpoints, validate, *resolve.values()):
+    for sub in (status, checkpoints, validate, view, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
     migrate = commands.add_parser(

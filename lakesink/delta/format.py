@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,7 @@ __all__ = [
     "SinkTable",
     "check_columns",
     "check_partition_columns",
+    "check_sink_table",
     "commit_metadata",
     "ensure_log_table",
     "ensure_sink_table",
@@ -150,22 +151,8 @@ def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
     if detail is None:
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
     properties, partitions = detail
-    if SINK_ID_PROPERTY not in properties:
-        raise TableNotFoundError(
-            f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
-        )
-    version = _check_format(properties, path, "table", TABLE_FORMAT)
     table_schema = spark.read.format("delta").load(path).schema
-    missing = [f.name for f in HIDDEN_FIELDS if f.name not in table_schema.fieldNames()]
-    if missing:
-        raise SchemaMismatchError(
-            f"the table at {path} lacks hidden column(s) {', '.join(missing)}"
-        )
-    if partitions[: len(LAKESINK_PARTITIONS)] != LAKESINK_PARTITIONS:
-        raise SchemaMismatchError(
-            f"the table at {path} is partitioned by {', '.join(partitions) or 'nothing'}; a "
-            f"lakesink table of format {TABLE_FORMAT} starts with {', '.join(LAKESINK_PARTITIONS)}"
-        )
+    version = check_sink_table(path, properties, partitions, table_schema.fieldNames())
     return SinkTable(
         path=path,
         sink_id=properties[SINK_ID_PROPERTY],
@@ -175,6 +162,34 @@ def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
         partition_by=partitions[len(LAKESINK_PARTITIONS) :],
         properties=properties,
     )
+
+
+def check_sink_table(
+    path: str, properties: Mapping[str, str], partitions: Sequence[str], columns: Sequence[str]
+) -> int:
+    """Check what a Delta table at ``path`` says of itself; return its lakesink format.
+
+    Any reader's check (Spark's or another engine's): its properties, partition columns
+    and column names.
+
+    Raises: as ``read_sink_table``.
+    """
+    if SINK_ID_PROPERTY not in properties:
+        raise TableNotFoundError(
+            f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
+        )
+    version = _check_format(properties, path, "table", TABLE_FORMAT)
+    missing = [f.name for f in HIDDEN_FIELDS if f.name not in columns]
+    if missing:
+        raise SchemaMismatchError(
+            f"the table at {path} lacks hidden column(s) {', '.join(missing)}"
+        )
+    if tuple(partitions[: len(LAKESINK_PARTITIONS)]) != LAKESINK_PARTITIONS:
+        raise SchemaMismatchError(
+            f"the table at {path} is partitioned by {', '.join(partitions) or 'nothing'}; a "
+            f"lakesink table of format {TABLE_FORMAT} starts with {', '.join(LAKESINK_PARTITIONS)}"
+        )
+    return version
 
 
 def ensure_sink_table(
@@ -367,7 +382,7 @@ def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, 
     return dict(detail["properties"] or {}), tuple(detail["partitionColumns"] or ())
 
 
-def _check_format(properties: dict[str, str], path: str, what: str, supported: int) -> int:
+def _check_format(properties: Mapping[str, str], path: str, what: str, supported: int) -> int:
     version = int(properties.get(FORMAT_PROPERTY, "1"))
     if version > supported:
         raise FormatVersionError(

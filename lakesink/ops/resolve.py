@@ -19,7 +19,7 @@ from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.format import read_sink_table
 from lakesink.delta.journal import Journal, TransactionStatus
-from lakesink.delta.readers import pending_rows
+from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import UnknownCheckpointError
 from lakesink.ops.status import sink_status
@@ -27,7 +27,12 @@ from lakesink.ops.status import sink_status
 if TYPE_CHECKING:
     from lakesink.delta.validation import ValidationGate, ValidationReport
 
-__all__ = ["pending_transactions", "resolve_checkpoint", "revalidate_checkpoint"]
+__all__ = [
+    "create_checkpoint_view",
+    "pending_transactions",
+    "resolve_checkpoint",
+    "revalidate_checkpoint",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,26 @@ def pending_transactions(
             f"(pending checkpoints: {unfinished or 'none'})"
         )
     return found
+
+
+def create_checkpoint_view(
+    spark: SparkSession, path: str, checkpoint_id: int, view_name: str | None = None
+) -> tuple[str, list[TransactionStatus]]:
+    """A catalog view of a pending or held checkpoint's rows, to audit them with SQL.
+
+    Every writer's transaction of the checkpoint that is pre-committed or held is in it.
+    ``view_name`` defaults to ``<sink id>_checkpoint_<id>``. Returns the view's name and
+    the transactions.
+
+    Raises:
+        UnknownCheckpointError: Nothing of the checkpoint is pending.
+    """
+    table = read_sink_table(spark, path)
+    transactions = pending_transactions(spark, path, checkpoint_id)
+    name = view_name or f"{table.sink_id}_checkpoint_{checkpoint_id}"
+    create_pending_view(spark, table, name, [t.txn_id for t in transactions])
+    log.info("created view %s of checkpoint %d of %s", name, checkpoint_id, path)
+    return name, transactions
 
 
 def resolve_checkpoint(

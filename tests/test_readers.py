@@ -1,0 +1,152 @@
+"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the README's
+DuckDB and polars examples run as written.
+
+The table is written by a real sink: two committed checkpoints, one pre-committed but not
+committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
+files are listed and every one is in the committed partition, while the table holds the
+masked files too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from lakesink.delta.format import VISIBLE
+from lakesink.delta.sink import DeltaSink
+from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
+from lakesink.readers import arrow, committed_dataset
+
+SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture(scope="module")
+def orders(spark, tmp_path_factory) -> tuple[Path, int]:
+    """The table, and its Delta version before the second commit."""
+    table = tmp_path_factory.mktemp("readers") / "orders"
+    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_readers")
+
+    def write(writer: DeltaSink, first: int) -> None:
+        rows = [(i, f"c{i % 2}", float(i)) for i in range(first, first + 3)]
+        writer.write(spark.createDataFrame(rows, SCHEMA))
+
+    write(sink, 1)
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    write(sink, 4)
+    pending = sink.checkpoint()
+    before = DeltaTable(str(table)).version()
+    sink.notify_checkpoint_complete(pending)
+    write(sink, 100)
+    sink.checkpoint()  # pre-committed, never committed here
+    aborter = DeltaSink.open(spark, str(table), view_name="v_readers", writer_id="aborter")
+    write(aborter, 200)
+    aborter.close()  # aborted
+    sink.release()
+    return table, before
+
+
+def test_arrow_returns_exactly_the_committed_rows_and_user_columns(orders):
+    table, _ = orders
+    rows = arrow(table)
+    assert rows.column_names == ["order_id", "customer", "amount"]
+    assert sorted(rows.column("order_id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+    assert arrow(table, columns=["amount"]).column_names == ["amount"]
+
+
+def test_masked_files_are_never_opened(orders):
+    table, _ = orders
+    every_file = [f.removeprefix(f"{table}/") for f in DeltaTable(str(table)).file_uris()]
+    masked = [f for f in every_file if f.startswith(f"{VISIBLE}=false/")]
+    read = committed_dataset(table).files  # relative to the table, like the log's paths
+    assert len(masked) >= 2  # the pending and the aborted transaction's
+    assert read and all(f.startswith(f"{VISIBLE}=true/") for f in read)
+    assert sorted(read) == sorted(f for f in every_file if f not in masked)
+
+
+def test_an_older_version_is_read_as_it_was(orders):
+    table, before = orders
+    assert sorted(arrow(table, version=before).column("order_id").to_pylist()) == [1, 2, 3]
+
+
+def test_bad_input_is_named(orders, spark, tmp_path):
+    table, _ = orders
+    with pytest.raises(ConfigurationError, match=r"column\(s\) amont are not user columns"):
+        arrow(table, columns=["amont"])
+    with pytest.raises(ConfigurationError, match=r"_lakesink_txn_id are not user columns"):
+        arrow(table, columns=["_lakesink_txn_id"])
+    with pytest.raises(TableNotFoundError, match=r"no Delta table at"):
+        arrow(tmp_path / "missing")
+    plain = tmp_path / "plain"
+    spark.range(3).write.format("delta").save(str(plain))
+    with pytest.raises(TableNotFoundError, match=r"is not a lakesink table"):
+        arrow(plain)
+    with pytest.raises(TableNotFoundError, match=r"at version 999"):
+        arrow(table, version=999)
+
+
+def test_a_table_of_another_format_is_refused(spark, tmp_path):
+    table = tmp_path / "old"
+    DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_old").close()
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('lakesink.formatVersion' = '1')")
+    with pytest.raises(FormatVersionError, match=r"`lakesink migrate-table PATH`"):
+        arrow(table)
+
+
+def readme_example(engine: str) -> str:
+    """The README's Python example that imports ``engine``."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    (block,) = [b for b in blocks if f"import {engine}" in b and "lakesink.readers" in b]
+    return block
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "polars"])
+def test_the_readme_examples_run(engine, orders, capsys):
+    table, _ = orders
+    exec(readme_example(engine).replace('"/data/orders"', repr(str(table))), {})
+    printed = capsys.readouterr().out
+    if engine == "duckdb":
+        assert printed.strip() == "[(6, 21.0)]"  # orders 1-6 only, their amounts summed
+    else:
+        assert re.search(r"c0\s*┆\s*12\.0", printed) and re.search(r"c1\s*┆\s*9\.0", printed)
+
+
+def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path):
+    from lakesink.delta.readers import committed_stream
+    from lakesink.ops.vacuum import vacuum
+
+    table, silver = tmp_path / "orders", tmp_path / "silver"
+
+    def consume() -> list[int]:
+        query = (
+            committed_stream(spark, str(table))
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "silver-checkpoint"))
+            .trigger(availableNow=True)
+            .start(str(silver))
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+        return sorted(r.order_id for r in spark.read.format("delta").load(str(silver)).collect())
+
+    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_stream")
+    for first in (1, 3):
+        sink.write(spark.createDataFrame([(first, "c", 1.0), (first + 1, "c", 1.0)], SCHEMA))
+        sink.notify_checkpoint_complete(sink.checkpoint())
+    aborter = DeltaSink.open(spark, str(table), view_name="v_stream", writer_id="aborter")
+    aborter.write(spark.createDataFrame([(99, "x", 1.0)], SCHEMA))
+    aborter.close()
+    sink.write(spark.createDataFrame([(5, "c", 1.0)], SCHEMA))
+    pending = sink.checkpoint()
+    assert consume() == [1, 2, 3, 4]
+
+    report = vacuum(spark, str(table), compact_min_files=2)  # DELETE, OPTIMIZE, VACUUM
+    assert report.rows_removed == 1 and report.compaction[0].files_removed >= 2
+    assert consume() == [1, 2, 3, 4]  # nothing again, nothing new
+
+    sink.notify_checkpoint_complete(pending)
+    assert consume() == [1, 2, 3, 4, 5]
+    sink.close()
