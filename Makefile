@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down
 
 setup: $(STAMP)
 
@@ -67,6 +67,22 @@ metastore-up: $(STAMP)
 
 metastore-down: $(STAMP)
 	$(BIN)/lakesink metastore stop --dir $(METASTORE_DIR) --port $(METASTORE_PORT)
+
+# The SQL endpoint (lakesink serve, Spark's Thrift JDBC/ODBC server) in the background, over
+# the shared metastore if LAKESINK_METASTORE_URL is set; TABLES="/data/orders ..." serves
+# their committed views. Its log is .cache/sql/serve.log.
+SQL_DIR := $(CURDIR)/.cache/sql
+SQL_PORT ?= 10000
+TABLES ?=
+
+sql-up: $(STAMP)
+	@mkdir -p $(SQL_DIR)
+	@if [ -f $(SQL_DIR)/serve.pid ] && kill -0 $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null; then echo "already running (pid $$(cat $(SQL_DIR)/serve.pid))"; exit 0; fi; \
+	nohup $(BIN)/lakesink serve --port $(SQL_PORT) $(foreach t,$(TABLES),--table $(t)) > $(SQL_DIR)/serve.log 2>&1 & echo $$! > $(SQL_DIR)/serve.pid; \
+	for i in $$(seq 1 180); do grep -q "serving SQL at" $(SQL_DIR)/serve.log && { grep "serving SQL at" $(SQL_DIR)/serve.log; exit 0; }; kill -0 $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null || { tail -20 $(SQL_DIR)/serve.log; exit 1; }; sleep 1; done; echo "not up after 180 s: $(SQL_DIR)/serve.log"; exit 1
+
+sql-down:
+	@if [ -f $(SQL_DIR)/serve.pid ]; then kill $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null; while kill -0 $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null; do sleep 1; done; rm -f $(SQL_DIR)/serve.pid; echo stopped; else echo "not running"; fi
 
 # A local Spark standalone cluster (a master and two 1-core workers, each its own JVM, on
 # loopback) to run jobs on with spark-submit: README, "Running on a cluster".

@@ -158,6 +158,18 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if all(report.success for _, report in results) else 1
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from lakesink.ops.serve import ServeOptions, serve
+
+    print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
+    options = ServeOptions(
+        host=args.host, port=args.port, tables=tuple(args.table), master=args.master
+    )
+    serve(options, ready=lambda url: print(f"serving SQL at {url}", flush=True))
+    print("stopped", file=sys.stderr)
+    return 0
+
+
 def _checkpoint_view(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import create_checkpoint_view
 
@@ -294,6 +306,27 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--checkpoint", type=int, required=True)
     view.add_argument("--name", help="the view's name (default: <sink id>_checkpoint_<N>)")
     view.set_defaults(func=_checkpoint_view)
+    sql = commands.add_parser(
+        "serve",
+        help="run a SQL endpoint (Spark's Thrift JDBC/ODBC server) over the committed views",
+        description="Run Spark's Thrift JDBC/ODBC server in the foreground over the catalog "
+        "(the shared metastore of $LAKESINK_METASTORE_URL or $LAKESINK_METASTORE_DIR, else one "
+        "of its own), after (re)creating the committed view of each --table, named as its "
+        "sink. Connect with beeline, a JDBC URL (jdbc:hive2://HOST:PORT/default) or dbt's "
+        "spark adapter. SIGINT or SIGTERM stops it and its JVM. Exit 0 stopped, 2 bad input "
+        "(a taken port, a table that is not a lakesink table).",
+    )
+    sql.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    sql.add_argument("--port", type=int, default=10000, help="Thrift port (10000)")
+    sql.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a lakesink table whose committed view to serve (repeatable)",
+    )
+    sql.add_argument("--master", help="Spark master URL (default local[*])")
+    sql.set_defaults(func=_serve)
     for sub in (status, checkpoints, validate):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (status, checkpoints, validate, view, *resolve.values()):
