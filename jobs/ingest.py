@@ -18,7 +18,8 @@ SIGINT or SIGTERM stops it cleanly. A landing file that does not parse is copied
 The query's checkpoint location is ``<state>/<job id>``: a restart resumes from it, and
 every batch Spark recorded there is committed exactly once.
 
-Exit codes: 0 done, 2 bad options or input (the message says what to fix).
+Exit codes: 0 done, 2 bad options or input (the message says what to fix), 75 another
+live run of the same job holds its locks (retry later).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakesink.errors import LakesinkError
+from lakesink.errors import LakesinkError, exit_status
 from lakesink.testing.faults import hook_from_env
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
@@ -330,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batches = run(args)
     except LakesinkError as error:
         print(f"ingest: {error}", file=sys.stderr)
-        return 2
+        return exit_status(error)
     print(f"done: {batches} batch(es)")
     return 0
 

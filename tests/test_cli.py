@@ -13,13 +13,14 @@ SCRIPT = Path(sys.executable).parent / "lakesink"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     assert SCRIPT.exists(), f"the lakesink console script is not installed at {SCRIPT}"
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
 
 
-def test_help_lists_the_commands():
+def test_help_lists_the_commands_and_the_exit_codes():
     result = run("--help")
     assert result.returncode == 0
     assert "jars" in result.stdout
+    assert "75 another live run holds the lock (retry later)" in " ".join(result.stdout.split())
 
 
 def test_jars_prints_the_delta_coordinate_for_spark_submit():
@@ -128,6 +129,29 @@ def test_a_pending_checkpoint_is_audited_with_sql_by_name_before_it_is_published
     sink.notify_checkpoint_complete(pending)
     assert spark.table(view).count() == 0  # published: nothing pending any more
     assert sorted(r.order_id for r in committed(spark, path).collect()) == [1, 2, 3]
+    sink.close()
+
+
+def test_a_command_refused_by_a_live_writers_lock_exits_75_and_bad_input_exits_2(spark, tmp_path):
+    import os
+    import socket
+
+    from lakesink import DeltaSink
+    from lakesink.delta.sink import writer_lock
+
+    path = str(tmp_path / "orders")
+    sink = DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="cli_locked")
+    sink.write(spark.createDataFrame([(1,)], "order_id BIGINT"))
+    sink.checkpoint()  # pre-committed; the writer goes on running
+    lock = writer_lock(path, "orders", "0").path
+    assert lock.read_text() == f"{socket.gethostname()} {os.getpid()}"  # this live process
+
+    busy = run("commit", path, "--checkpoint", "1", "--yes", "--master", "local[1]")
+    assert busy.returncode == 75, busy.stderr[-2000:]  # EX_TEMPFAIL: a scheduler retries
+    assert "is already running" in busy.stderr or "is running" in busy.stderr
+    wrong = run("commit", path, "--checkpoint", "9", "--yes", "--master", "local[1]")
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    assert "nothing pending in checkpoint 9" in wrong.stderr
     sink.close()
 
 

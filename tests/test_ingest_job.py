@@ -86,7 +86,7 @@ def test_a_second_run_of_the_same_job_is_refused_while_the_first_runs(spark, tmp
 
         second = ingest(tmp_path)
 
-        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.returncode == 75, second.stderr[-3000:]  # EX_TEMPFAIL: retry later
         assert "writer '0' of sink 'orders' is already running" in second.stderr
         deadline = time.monotonic() + 300
         while committed_ids(spark, tmp_path) != Counter(range(1, ORDERS + 1)):

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lakesink import __version__
-from lakesink.errors import LakesinkError
+from lakesink.errors import EXIT_CODES, LakesinkError, exit_status
 
 __all__ = ["main"]
 
@@ -206,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakesink",
         description="Exactly-once, two-phase-commit writes from PySpark into Delta Lake.",
+        epilog=f"Every command and job ends with {EXIT_CODES}.",
     )
     parser.add_argument("--version", action="version", version=f"lakesink {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -275,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{action} a pending checkpoint by hand (operator recovery)",
             description=f"{action.capitalize()} every pending transaction of a checkpoint of a "
             f"sink: {effect}. Asks for confirmation unless --yes. The writers must not be "
-            "running. Exit 0 done, 1 declined, 2 bad input.",
+            "running. Exit 0 done, 1 declined, 2 bad input, 75 a writer of it runs (retry "
+            "once it stopped).",
         )
         resolve[action].add_argument("table", help="path of the lakesink table")
         resolve[action].add_argument("--checkpoint", type=int, required=True)
@@ -350,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
         "transaction id) in format 2 (partitioned by the masking bit and the pending "
         "transaction, so readers skip masked files), in place and in one Delta commit; every "
         "row and transaction state is kept. Refused while a writer of the table runs. "
-        "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input.",
+        "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input, 75 a "
+        "writer of the table runs.",
     )
     migrate_table.add_argument("table", help="the lakesink table's folder")
     migrate_table.set_defaults(func=_migrate_table)
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except LakesinkError as error:
         print(f"lakesink {args.command}: {error}", file=sys.stderr)
-        return 2
+        return exit_status(error)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ lakesink vacuum --table /data/orders [--dry-run] [--json]
 python jobs/vacuum.py --table /data/orders [--dry-run] [--json]
 spark-submit --packages "$(lakesink jars)" jobs/vacuum.py --table /data/orders
 
-Exit codes: 0 done, 2 bad options or input (the message says what to fix), 1 anything else.
+Exit codes: 0 done, 2 bad options or input (the message says what to fix), 75 another
+live run holds a lock it needs (retry later), 1 anything else.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError
+from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError, exit_status
 
 if TYPE_CHECKING:
     from lakesink.ops.vacuum import VacuumReport
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             report = _run(args)
     except LakesinkError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_status(exc)
     except Exception:
         log.exception("vacuum of %s failed", args.table)
         return 1
