@@ -445,6 +445,34 @@ def test_a_table_partitioned_by_user_columns_keeps_them_through_the_commit(spark
         )
 
 
+def test_lakesinks_spark_jobs_are_labelled_with_sink_checkpoint_and_phase(spark, table):
+    from lakesink.delta.spark import job_tag
+    from lakesink.ops.vacuum import vacuum
+
+    context = spark.sparkContext
+    context.setJobDescription("the user's own label")
+    tracker, store = context._jsc.sc().statusTracker(), context._jsc.sc().statusStore()
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1, 2]))
+    checkpoint = sink.checkpoint()
+    sink.notify_checkpoint_complete(checkpoint)
+    vacuum(spark, str(table))
+
+    for phase in ("pre-commit", "commit"):
+        jobs = list(tracker.getJobIdsForTag(job_tag("orders", checkpoint, phase)))
+        assert jobs, f"no Spark job tagged {phase}"
+        label = f"lakesink orders checkpoint {checkpoint}: {phase}"
+        options = [store.job(j).description() for j in jobs]  # Scala Options
+        described = [o.get() if o.isDefined() else "" for o in options]
+        assert any(label in d for d in described), described
+    assert list(tracker.getJobIdsForTag(job_tag("orders", None, "vacuum")))
+    # Nothing lingers on the thread: the user's description is back, no tag is left.
+    assert context.getLocalProperty("spark.job.description") == "the user's own label"
+    assert set(context.getJobTags()) == set()
+    context.setLocalProperty("spark.job.description", None)
+    sink.close()
+
+
 def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark, table):
     writers = "spark.sql.maxConcurrentOutputFileWriters"
     keys = [*WRITE_SETTINGS, USER_METADATA_CONF]

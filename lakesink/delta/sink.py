@@ -72,6 +72,7 @@ from lakesink.delta.spark import (
     WRITE_SETTINGS,
     CommitRetry,
     conflict_exceptions,
+    labelled,
     merge_settings,
     retry_on_conflict,
     session_conf,
@@ -366,7 +367,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             try:
                 self._step("before_append", transaction)
                 # The frame's own session writes it: in foreachBatch, a clone of ours.
-                with session_conf(frame.sparkSession, WRITE_SETTINGS):
+                session = frame.sparkSession
+                checkpoint_id = transaction.checkpoint_id
+                with (
+                    session_conf(session, WRITE_SETTINGS),
+                    labelled(session, self.sink_id, checkpoint_id, "pre-commit"),
+                ):
                     (
                         frame.observe(observation, F.count(F.lit(1)).alias("rows"))
                         .write.format("delta")
@@ -398,7 +404,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         rows = progress.rows
         state, report, detail = TxnState.PRE_COMMITTED, None, None
         if self.validation is not None and rows:
-            report = self.validation.validate(self.pending_rows(transaction))
+            with labelled(self.spark, self.sink_id, transaction.checkpoint_id, "validate"):
+                report = self.validation.validate(self.pending_rows(transaction))
             state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
         self.journal.record(
@@ -518,7 +525,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         def run() -> int:
             metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
             settings = {**WRITE_SETTINGS, **merge_settings(rows), **metadata}
-            with session_conf(self.spark, settings):
+            with (
+                session_conf(self.spark, settings),
+                labelled(self.spark, self.sink_id, transaction.checkpoint_id, "commit"),
+            ):
                 metrics = self.spark.sql(statement).first()
             return int(metrics["num_updated_rows"]) if metrics else 0
 

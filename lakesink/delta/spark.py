@@ -20,6 +20,8 @@ __all__ = [
     "WRITE_SETTINGS",
     "CommitRetry",
     "conflict_exceptions",
+    "job_tag",
+    "labelled",
     "merge_settings",
     "retry_on_conflict",
     "session_commit_metadata",
@@ -91,6 +93,41 @@ def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[N
                     spark.conf.unset(key)
                 else:
                     spark.conf.set(key, value)
+
+
+_JOB_DESCRIPTION = "spark.job.description"  # what the Spark UI shows for a job
+
+
+def job_tag(sink_id: str, checkpoint_id: int | None, phase: str) -> str:
+    """The Spark job tag of lakesink's work: ``lakesink:<sink>:<checkpoint>:<phase>``."""
+    checkpoint = "-" if checkpoint_id is None else str(checkpoint_id)
+    return f"lakesink:{sink_id}:{checkpoint}:{phase}".replace(",", "_")  # no commas in tags
+
+
+@contextmanager
+def labelled(
+    spark: SparkSession, sink_id: str, checkpoint_id: int | None, phase: str
+) -> Iterator[None]:
+    """Label the Spark jobs the block starts (in this thread) with the sink, checkpoint and
+    phase (``pre-commit``, ``validate``, ``commit``, ``vacuum``, ``compact``): a job tag
+    (``job_tag``) to find or cancel them by, and a description the Spark UI shows.
+
+    Tags add to the caller's (a streaming query's job group and tags stay, so stopping it
+    still cancels them); the description is put back afterwards.
+    """
+    context = spark.sparkContext
+    tag = job_tag(sink_id, checkpoint_id, phase)
+    previous = context.getLocalProperty(_JOB_DESCRIPTION)
+    checkpoint = "" if checkpoint_id is None else f" checkpoint {checkpoint_id}"
+    had_tag = tag in context.getJobTags()
+    context.addJobTag(tag)
+    context.setJobDescription(f"lakesink {sink_id}{checkpoint}: {phase}")
+    try:
+        yield
+    finally:
+        context.setLocalProperty(_JOB_DESCRIPTION, previous)  # None removes it
+        if not had_tag:
+            context.removeJobTag(tag)
 
 
 def session_commit_metadata(spark: SparkSession, metadata: str) -> AbstractContextManager[None]:

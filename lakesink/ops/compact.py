@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.delta.deltars import file_count
 from lakesink.delta.format import COMMITTED_FILTER, VISIBLE, commit_metadata
-from lakesink.delta.spark import session_commit_metadata
+from lakesink.delta.spark import labelled, session_commit_metadata
 from lakesink.delta.sql import delta_path
 
 __all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
@@ -97,7 +97,7 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
     for part in plan:
         where = f" WHERE {COMMITTED_FILTER}" if part.what == "committed rows" else ""
         metadata = commit_metadata("compact", sink_id)
-        with session_commit_metadata(spark, metadata):
+        with session_commit_metadata(spark, metadata), labelled(spark, sink_id, None, "compact"):
             metrics = spark.sql(f"OPTIMIZE {delta_path(part.path)}{where}").first()
         stats = metrics["metrics"] if metrics else None
         removed = int(stats["numFilesRemoved"]) if stats else 0

@@ -50,6 +50,7 @@ from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, Trans
 from lakesink.delta.sink import writer_lock
 from lakesink.delta.spark import (
     CommitRetry,
+    labelled,
     retry_on_conflict,
     session_commit_metadata,
     session_conf,
@@ -203,12 +204,13 @@ def vacuum(
     Raises: as for ``plan_vacuum``.
     """
     plan = plan_vacuum(spark, table_path, **options)
-    if not dry_run:
-        return execute_vacuum(spark, plan)
-    # With a zero retention, the files the DELETE would remove go in the same VACUUM; the
-    # listing cannot know them without the delete, so the plan's are added.
-    pending = plan.files if plan.retain_hours == 0 else frozenset()
-    files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
+    with labelled(spark, plan.sink_id, None, "vacuum"):
+        if not dry_run:
+            return execute_vacuum(spark, plan)
+        # With a zero retention, the files the DELETE would remove go in the same VACUUM;
+        # the listing cannot know them without the delete, so the plan's are added.
+        pending = plan.files if plan.retain_hours == 0 else frozenset()
+        files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
     return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
 
 
