@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
-from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
 
-from lakesink.delta.format import HIDDEN_PREFIX, VISIBLE, check_sink_table
-from lakesink.errors import ConfigurationError, TableNotFoundError
+from lakesink.delta.deltars import arrow_dataset, read_sink_table_log
+from lakesink.delta.format import HIDDEN_PREFIX, VISIBLE
+from lakesink.errors import ConfigurationError
 
 __all__ = ["arrow", "committed_dataset"]
 
@@ -35,20 +33,8 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
         FormatVersionError: The table has another lakesink format.
     """
     location = str(Path(path).resolve()) if "://" not in str(path) else str(path)
-    try:
-        table = DeltaTable(location, version=version)
-    except DeltaTableNotFoundError as exc:
-        raise TableNotFoundError(
-            f"no Delta table at {location}; pass the folder of a lakesink table"
-        ) from exc
-    except DeltaError as exc:
-        if version is None:
-            raise
-        raise TableNotFoundError(f"cannot read {location} at version {version}: {exc}") from exc
-    metadata = table.metadata()
-    columns = [f.name for f in table.schema().fields]
-    check_sink_table(location, metadata.configuration, metadata.partition_columns, columns)
-    return table.to_pyarrow_dataset(file_pruning_predicate=[(VISIBLE, "=", "true")])
+    _, table = read_sink_table_log(location, version=version)
+    return arrow_dataset(table, location, file_pruning_predicate=[(VISIBLE, "=", "true")])
 
 
 def arrow(

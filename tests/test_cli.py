@@ -68,6 +68,25 @@ def test_status_shows_last_commit_pending_and_aborted(spark, tmp_path, capsys):
     assert [t["checkpoint_id"] for t in report["aborted"]] == [3]
 
 
+def test_status_reads_without_spark_and_exits_0_as_a_process(spark, tmp_path):
+    from lakesink import DeltaSink
+
+    path = str(tmp_path / "orders")
+    sink = DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="cli_fast")
+    sink.write(spark.createDataFrame([(1,), (2,)], "order_id BIGINT"))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.write(spark.createDataFrame([(3,)], "order_id BIGINT"))
+    sink.checkpoint()
+
+    result = run("status", path)
+
+    assert result.returncode == 0, result.stderr[-2000:]  # also: no abort at exit
+    assert "last committed checkpoint: 1   committed rows: 2" in result.stdout
+    assert "pre_committed" in result.stdout and "pending: 1" in result.stdout
+    assert "starting Spark" not in result.stderr  # delta-rs reads, no JVM
+    sink.close()
+
+
 def test_status_of_a_path_without_a_lakesink_table_exits_2(spark, tmp_path, capsys):
     from lakesink.cli import main
 

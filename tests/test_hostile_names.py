@@ -145,7 +145,7 @@ def test_a_sink_of_hostile_names_writes_commits_reads_and_vacuums_exactly(
         (SINK_ID, WRITER_ID, TxnState.COMMITTED),
         (SINK_ID, WRITER_ID, TxnState.ABORTED),
     ]
-    status = sink_status(spark, path)
+    status = sink_status(path)
     assert (status.sink_id, status.committed_rows) == (SINK_ID, 3)
 
     report = vacuum(spark, path)

@@ -101,7 +101,7 @@ def test_quarantine_policy_holds_a_bad_batch_until_an_operator_commits_it(spark,
     reopened = DeltaSink.open(spark, str(table), validation=gate("quarantine"))
     assert states(reopened)[2] is TxnState.HELD  # recovery neither commits nor aborts it
     reopened.close()
-    status = sink_status(spark, str(table))
+    status = sink_status(str(table))
     (held,) = status.held
     assert held.checkpoint_id == 2 and held.checkpoint_id not in {
         t.checkpoint_id for t in status.pending

@@ -57,10 +57,9 @@ def _session(args: argparse.Namespace):
 def _status(args: argparse.Namespace) -> int:
     from lakesink.ops.status import job_status, sink_status
 
-    spark = _session(args)
     now = datetime.now(timezone.utc)
-    reports = [sink_status(spark, str(Path(table).resolve())).as_dict(now) for table in args.table]
-    job = job_status(spark, args.state, args.job_id) if args.state else None
+    reports = [sink_status(str(Path(table).resolve())).as_dict(now) for table in args.table]
+    job = job_status(args.state, args.job_id) if args.state else None
     if args.json:
         print(json.dumps({"sinks": reports, "job": job}, indent=2, default=str))
         return 0
@@ -92,10 +91,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from lakesink.delta.checkpoints import DeltaCheckpointStore
+    from lakesink.delta.checkpoints import checkpoints_path, read_history
 
-    spark = _session(args)
-    records = DeltaCheckpointStore(spark, args.state, create=False).history(args.job_id)
+    records = read_history(checkpoints_path(args.state), args.job_id)
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
         return 0
@@ -245,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pending (open, pre-committed, committing), held (failed validation) and aborted "
         "transaction with its age, rows, last error and validation result, by checkpoint "
         "id (the same ids as the job's checkpoints and the journal). With --state, also the "
-        "job's last checkpoint and quarantined input. Exit 0, or 2 when a table is not a "
-        "lakesink table.",
+        "job's last checkpoint and quarantined input. Read from the tables' logs with "
+        "delta-rs: no Spark, no JVM. Exit 0, or 2 when a table is not a lakesink table.",
     )
     status.add_argument("table", nargs="+", help="path of a lakesink table")
     status.add_argument("--state", help="a job's --state folder: show its quarantined input")
@@ -331,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.set_defaults(func=_serve)
     for sub in (status, checkpoints, validate):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
-    for sub in (status, checkpoints, validate, view, *resolve.values()):
+    for sub in (validate, view, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
 
     migrate = commands.add_parser(

@@ -14,17 +14,35 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord, CheckpointStore, ProcessLock, Quarantined
-from lakesink.delta.deltars import append_rows
+from lakesink.delta.deltars import append_rows, read_log_rows
 from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
-from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import TableNotFoundError
 
-__all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables"]
+__all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables", "read_history"]
 
 
 def checkpoints_path(state_dir: str) -> str:
     """Where the checkpoint table of a job's ``--state`` folder is."""
     return str(Path(state_dir).resolve() / "checkpoints")
+
+
+def read_history(path: str, job_id: str) -> list[CheckpointRecord]:
+    """A job's completed checkpoints in the checkpoint table at ``path``, oldest first.
+
+    Read with delta-rs: no Spark job, no JVM.
+
+    Raises:
+        TableNotFoundError: No checkpoint table there.
+        FormatVersionError: One of another format (``lakesink migrate-checkpoints``).
+    """
+    rows = read_log_rows(
+        path,
+        what="checkpoint table",
+        version=CHECKPOINTS_FORMAT,
+        missing="pass the --state folder the job ran with",
+        job_id=job_id,
+    )
+    return sorted((from_row(row) for row in rows), key=lambda r: r.checkpoint_id)
 
 
 def old_tables(state_dir: str) -> tuple[Path, Path]:
@@ -77,21 +95,14 @@ class DeltaCheckpointStore(CheckpointStore):
         append_rows(self.path, [to_row(r) for r in records])
 
     def history(self, job_id: str) -> list[CheckpointRecord]:
-        return self._select(job_id, "ASC")
+        return read_history(self.path, job_id)
 
     def latest(self, job_id: str) -> CheckpointRecord | None:
-        records = self._select(job_id, "DESC LIMIT 1")
-        return records[0] if records else None
+        records = self.history(job_id)
+        return records[-1] if records else None
 
     def job_lock(self, job_id: str) -> ProcessLock:
         return ProcessLock(self.state_dir / f"{job_id}.lock", f"job {job_id!r}")
-
-    def _select(self, job_id: str, order: str) -> list[CheckpointRecord]:
-        rows = self.spark.sql(
-            f"SELECT * FROM {delta_path(self.path)} "
-            f"WHERE job_id = {string_literal(job_id)} ORDER BY checkpoint_id {order}"
-        ).collect()
-        return [from_row(row.asDict()) for row in rows]
 
 
 def to_row(record: CheckpointRecord) -> tuple:

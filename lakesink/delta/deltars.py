@@ -11,22 +11,39 @@
 - **Reads of a table's log**: the last ``txnVersion`` of an app id, the data files of
   given partitions with their row counts, a partition's file count. Through delta-spark
   each costs Spark jobs (a state reconstruction; a scan of the files).
+- **Reads of lakesink's small tables** (the journal, the checkpoint table): a few thousand
+  rows at most, read in milliseconds, where Spark needs jobs (and the read-only commands
+  would need a JVM started first).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as fs
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
+from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
+from pyspark.sql.types import StructType
+
+from lakesink.delta.format import SinkTable, check_format, sink_table
+from lakesink.errors import TableNotFoundError
 
 __all__ = [
     "PartitionFiles",
     "append_rows",
+    "arrow_dataset",
     "file_count",
     "partition_files",
+    "read_log_rows",
+    "read_sink_table_log",
     "transaction_version",
 ]
 
@@ -50,6 +67,61 @@ def append_rows(path: str, rows: Sequence[tuple]) -> None:
     )
     write_deltalake(table, data, mode="append")
     log.debug("appended %d row(s) to %s (version %d)", len(rows), path, table.version())
+
+
+def read_log_rows(
+    path: str, *, what: str, version: int, missing: str, **equal: str
+) -> list[dict[str, Any]]:
+    """The rows of lakesink's table ``what`` at ``path`` whose columns equal ``equal``.
+
+    Raises:
+        TableNotFoundError: No Delta table there (``missing`` says what to pass instead).
+        FormatVersionError: The table has another lakesink format than ``version``.
+    """
+    table = _open(path, f"no lakesink {what} at {path}: {missing}")
+    check_format(table.metadata().configuration, path, what, version)
+    predicate = None
+    for column, value in equal.items():
+        term = pc.field(column) == value
+        predicate = term if predicate is None else predicate & term
+    return arrow_dataset(table, path).to_table(filter=predicate).to_pylist()
+
+
+def arrow_dataset(table: DeltaTable, path: str, **options: Any) -> ds.Dataset:
+    """The table's files as a ``pyarrow`` dataset (``options``: delta-rs's file pruning).
+
+    A local table is read through pyarrow's own file system: through delta-rs's, a process
+    that read one aborts when it exits ("terminate called without an active exception",
+    deltalake 1.6), whatever it did meanwhile.
+    """
+    if "://" not in path:
+        options["filesystem"] = fs.SubTreeFileSystem(path, fs.LocalFileSystem())
+    return table.to_pyarrow_dataset(**options)
+
+
+def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkTable, DeltaTable]:
+    """The lakesink sink table at ``path`` (as of ``version``), checked, from its log; and
+    the delta-rs table to read it with. No Spark job, no JVM.
+
+    Raises: as ``lakesink.delta.format.read_sink_table``; TableNotFoundError also for a
+    version the table does not have.
+    """
+    table = _open(path, f"no Delta table at {path}; pass the folder of a lakesink table", version)
+    metadata = table.metadata()
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    found = sink_table(path, metadata.configuration, metadata.partition_columns, schema)
+    return found, table
+
+
+def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
+    try:
+        return DeltaTable(path, version=version)
+    except DeltaTableNotFoundError:
+        raise TableNotFoundError(missing) from None
+    except DeltaError as exc:  # delta-rs's error for a version the table lacks
+        if version is None:
+            raise
+        raise TableNotFoundError(f"cannot read {path} at version {version}: {exc}") from None
 
 
 def transaction_version(path: str, app_id: str) -> int:

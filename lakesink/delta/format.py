@@ -65,12 +65,14 @@ __all__ = [
     "VISIBLE",
     "SinkTable",
     "check_columns",
+    "check_format",
     "check_partition_columns",
     "check_sink_table",
     "commit_metadata",
     "ensure_log_table",
     "ensure_sink_table",
     "read_sink_table",
+    "sink_table",
     "user_fields",
 ]
 
@@ -151,16 +153,27 @@ def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
     if detail is None:
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
     properties, partitions = detail
-    table_schema = spark.read.format("delta").load(path).schema
-    version = check_sink_table(path, properties, partitions, table_schema.fieldNames())
+    return sink_table(path, properties, partitions, spark.read.format("delta").load(path).schema)
+
+
+def sink_table(
+    path: str, properties: Mapping[str, str], partitions: Sequence[str], schema: StructType
+) -> SinkTable:
+    """The sink table that a Delta table's properties, partitioning and schema describe.
+
+    What any reader of the table's metadata (Spark's or delta-rs's) builds it from.
+
+    Raises: as ``read_sink_table``.
+    """
+    version = check_sink_table(path, properties, partitions, schema.fieldNames())
     return SinkTable(
         path=path,
         sink_id=properties[SINK_ID_PROPERTY],
         journal_path=properties.get(JOURNAL_PROPERTY, ""),
         format_version=version,
-        schema=user_fields(table_schema),
-        partition_by=partitions[len(LAKESINK_PARTITIONS) :],
-        properties=properties,
+        schema=user_fields(schema),
+        partition_by=tuple(partitions[len(LAKESINK_PARTITIONS) :]),
+        properties=dict(properties),
     )
 
 
@@ -178,7 +191,7 @@ def check_sink_table(
         raise TableNotFoundError(
             f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
         )
-    version = _check_format(properties, path, "table", TABLE_FORMAT)
+    version = check_format(properties, path, "table", TABLE_FORMAT)
     missing = [f.name for f in HIDDEN_FIELDS if f.name not in columns]
     if missing:
         raise SchemaMismatchError(
@@ -310,7 +323,7 @@ def ensure_log_table(
     """
     detail = _detail(spark, path)
     if detail is not None:
-        _check_format(detail[0], path, what, version)
+        check_format(detail[0], path, what, version)
         return
     if not create:
         raise TableNotFoundError(f"no lakesink {what} at {path}: {missing}")
@@ -382,7 +395,12 @@ def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, 
     return dict(detail["properties"] or {}), tuple(detail["partitionColumns"] or ())
 
 
-def _check_format(properties: Mapping[str, str], path: str, what: str, supported: int) -> int:
+def check_format(properties: Mapping[str, str], path: str, what: str, supported: int) -> int:
+    """The table's lakesink format (its properties say), if this lakesink reads it.
+
+    Raises:
+        FormatVersionError: Another format; an older one names its migration.
+    """
     version = int(properties.get(FORMAT_PROPERTY, "1"))
     if version > supported:
         raise FormatVersionError(

@@ -11,12 +11,20 @@ whose ``validation`` column holds the report as JSON; its state is what the run 
 transaction in (pre-committed when it passed or only warned, held, or aborted). The vacuum
 journals an ``aborted`` event whose detail starts with ``vacuumed:`` once it removed a
 transaction's rows.
+
+Two folds, one rule: ``fold_events`` turns a sink's events into ``TransactionStatus``
+records (read with delta-rs, no Spark job: recovery, the vacuum and ``lakesink status``
+use it), and ``fold`` does the same in Spark SQL, with more columns, as a DataFrame for
+the audit to join with the table's history. ``tests/test_journal_fold.py`` checks that
+they agree.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
-from lakesink.delta.deltars import append_rows
+from lakesink.delta.deltars import append_rows, read_log_rows
 from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
     "TransactionStatus",
     "default_journal_path",
     "fold",
+    "fold_events",
+    "read_transactions",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,6 +126,71 @@ def default_journal_path(table_path: str) -> str:
     return str(Path(table_path).resolve().parent / "_lakesink_journal")
 
 
+def read_transactions(
+    path: str, sink_id: str, *, writer_id: str | None = None
+) -> list[TransactionStatus]:
+    """The current status of each transaction of a sink, ordered by checkpoint id.
+
+    Read from the journal at ``path`` with delta-rs: no Spark job, no JVM.
+
+    Raises:
+        TableNotFoundError: No journal there.
+        FormatVersionError: A journal of another format.
+    """
+    equal = {"sink_id": sink_id, **({"writer_id": writer_id} if writer_id else {})}
+    rows = read_log_rows(
+        path,
+        what="journal",
+        version=JOURNAL_FORMAT,
+        missing=f"pass the journal path the sink was written with (or set ${JOURNAL_ENV})",
+        **equal,
+    )
+    return fold_events(rows)
+
+
+def fold_events(events: Iterable[Mapping[str, Any]]) -> list[TransactionStatus]:
+    """One status per transaction of the events (journal rows), by checkpoint and txn id.
+
+    Its state is that of its latest event by rank, then time, then attempt; its row count
+    the largest any event gave; its last error and validation the latest given.
+    """
+    by_txn: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for event in events:
+        by_txn[(event["sink_id"], event["txn_id"])].append(event)
+
+    def latest(found: list[Mapping[str, Any]], column: str) -> Any:
+        given = [e for e in found if e[column] is not None]
+        return max(given, key=lambda e: e["event_time"])[column] if given else None
+
+    statuses = []
+    for (sink_id, txn_id), found in by_txn.items():
+        last = max(found, key=lambda e: (TxnState(e["state"]).rank, e["event_time"], e["attempt"]))
+        times = [e["event_time"] for e in found]
+        counts = [e["row_count"] for e in found if e["row_count"] is not None]
+        statuses.append(
+            TransactionStatus(
+                sink_id=sink_id,
+                txn_id=txn_id,
+                checkpoint_id=found[0]["checkpoint_id"],
+                writer_id=found[0]["writer_id"],
+                state=TxnState(last["state"]),
+                opened_at=min(times),
+                updated_at=max(times),
+                row_count=max(counts) if counts else None,
+                attempts=max(e["attempt"] for e in found),
+                last_error=latest(found, "error"),
+                last_validation=latest(found, "validation"),
+                states=frozenset(TxnState(e["state"]) for e in found),
+                vacuumed=any(
+                    e["state"] == TxnState.ABORTED.value
+                    and (e["detail"] or "").startswith(VACUUMED_PREFIX)
+                    for e in found
+                ),
+            )
+        )
+    return sorted(statuses, key=lambda s: (s.checkpoint_id, s.txn_id))
+
+
 def fold(events: DataFrame) -> DataFrame:
     """One row per transaction of the events: its state, times, counts and last report.
 
@@ -193,28 +268,7 @@ class Journal:
         self, sink_id: str, *, writer_id: str | None = None
     ) -> list[TransactionStatus]:
         """The current status of each transaction of a sink, ordered by checkpoint id."""
-        events = self.events().where(F.col("sink_id") == sink_id)
-        if writer_id is not None:
-            events = events.where(F.col("writer_id") == writer_id)
-        rows = fold(events).orderBy("checkpoint_id", "txn_id").collect()
-        return [
-            TransactionStatus(
-                sink_id=row.sink_id,
-                txn_id=row.txn_id,
-                checkpoint_id=row.checkpoint_id,
-                writer_id=row.writer_id,
-                state=TxnState(row.state),
-                opened_at=row.opened_at,
-                updated_at=row.updated_at,
-                row_count=row.row_count,
-                attempts=row.attempts,
-                last_error=row.last_error,
-                last_validation=row.last_validation,
-                states=frozenset(TxnState(s) for s in row.states),
-                vacuumed=bool(row.vacuumed),
-            )
-            for row in rows
-        ]
+        return read_transactions(self.path, sink_id, writer_id=writer_id)
 
 
 def _utc(moment: datetime) -> datetime:

@@ -41,7 +41,7 @@ def pending_transactions(
     spark: SparkSession, path: str, checkpoint_id: int
 ) -> list[TransactionStatus]:
     """The not yet committed or aborted transactions of a checkpoint; raise if none."""
-    status = sink_status(spark, path)
+    status = sink_status(path)
     found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
     if not found:
         unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})

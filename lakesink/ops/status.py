@@ -1,4 +1,8 @@
-"""What an operator asks first: where each sink stands, and the job's checkpoint history."""
+"""What an operator asks first: where each sink stands, and the job's checkpoint history.
+
+Read with delta-rs from the tables' logs and the small journal and checkpoint tables: no
+Spark job and no JVM, so ``lakesink status`` answers in a fraction of a second.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
 from lakesink.core import TxnState
-from lakesink.delta.format import read_sink_table
-from lakesink.delta.journal import Journal, TransactionStatus
+from lakesink.delta.checkpoints import checkpoints_path, read_history
+from lakesink.delta.deltars import read_sink_table_log
+from lakesink.delta.journal import TransactionStatus, read_transactions
 
 __all__ = ["SinkStatus", "job_status", "sink_status"]
 
@@ -53,16 +56,15 @@ class SinkStatus:
         }
 
 
-def sink_status(spark: SparkSession, path: str) -> SinkStatus:
+def sink_status(path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
-    table = read_sink_table(spark, path)
-    journal = Journal(spark, table.journal_path, create=False)
-    transactions = journal.transactions(table.sink_id)
+    table, _ = read_sink_table_log(path)
+    transactions = read_transactions(table.journal_path, table.sink_id)
     committed = [s for s in transactions if s.state is TxnState.COMMITTED]
     return SinkStatus(
         sink_id=table.sink_id,
         table_path=path,
-        journal_path=journal.path,
+        journal_path=table.journal_path,
         last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
         committed_rows=sum(s.row_count or 0 for s in committed),
         pending=tuple(
@@ -75,11 +77,9 @@ def sink_status(spark: SparkSession, path: str) -> SinkStatus:
     )
 
 
-def job_status(spark: SparkSession, state_dir: str, job_id: str) -> dict:
+def job_status(state_dir: str, job_id: str) -> dict:
     """A job's last completed checkpoint and every input item it quarantined."""
-    from lakesink.delta.checkpoints import DeltaCheckpointStore
-
-    records = DeltaCheckpointStore(spark, state_dir, create=False).history(job_id)
+    records = read_history(checkpoints_path(state_dir), job_id)
     return {
         "job_id": job_id,
         "state": str(Path(state_dir).resolve()),
