@@ -18,8 +18,9 @@ job), and a dry run is the plan alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -45,6 +46,7 @@ class Compaction:
     Attributes:
         path: The table.
         what: ``committed rows`` (of a sink table) or ``journal``.
+        predicate: The part of the table OPTIMIZE compacts (empty: all of it).
         files_before: Data files in the compacted part before.
         files_removed: Files OPTIMIZE rewrote (0 in a dry run, or when nothing was small).
         files_added: The files it wrote in their place.
@@ -52,12 +54,10 @@ class Compaction:
 
     path: str
     what: str
+    predicate: str = ""
     files_before: int
     files_removed: int = 0
     files_added: int = 0
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def plan_compaction(
@@ -72,6 +72,7 @@ def plan_compaction(
         Compaction(
             path=table_path,
             what="committed rows",
+            predicate=COMMITTED_FILTER,
             files_before=file_count(table_path, {VISIBLE: "true"}),
         )
     ]
@@ -95,7 +96,7 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
     """OPTIMIZE each planned table; return what each did."""
     done = []
     for part in plan:
-        where = f" WHERE {COMMITTED_FILTER}" if part.what == "committed rows" else ""
+        where = f" WHERE {part.predicate}" if part.predicate else ""
         metadata = commit_metadata("compact", sink_id)
         with session_commit_metadata(spark, metadata), labelled(spark, sink_id, None, "compact"):
             metrics = spark.sql(f"OPTIMIZE {delta_path(part.path)}{where}").first()
@@ -110,13 +111,5 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
             added,
             part.files_before,
         )
-        done.append(
-            Compaction(
-                path=part.path,
-                what=part.what,
-                files_before=part.files_before,
-                files_removed=removed,
-                files_added=added,
-            )
-        )
+        done.append(dataclasses.replace(part, files_removed=removed, files_added=added))
     return done

@@ -58,7 +58,8 @@ from lakesink.delta.spark import (
 from lakesink.delta.sql import delta_path, string_literal
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
-from lakesink.ops.compact import Compaction, compact, plan_compaction
+from lakesink.ops.compact import Compaction, plan_compaction
+from lakesink.ops.compact import compact as run_compaction
 
 __all__ = [
     "VacuumPlan",
@@ -364,7 +365,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
                 for s in targets
             )
         )
-    compacted = compact(spark, list(plan.compaction), sink_id=plan.sink_id)
+    compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
     files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
     return _report(
         dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),
