@@ -69,6 +69,10 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
         assert (status.row_count, status.attempts) == (row.row_count, row.attempts)
         assert (status.last_error, status.last_validation) == (row.last_error, row.last_validation)
         assert {s.value for s in status.states} == set(row.states), status.txn_id
+        for state in (TxnState.PRE_COMMITTED, TxnState.COMMITTED, TxnState.ABORTED, TxnState.HELD):
+            at = row[f"{state.value}_at"]
+            expected = at.astimezone(timezone.utc) if at is not None else None
+            assert status.first_at.get(state) == expected, (status.txn_id, state)
         assert status.vacuumed == row.vacuumed, status.txn_id
     assert ours[1].vacuumed and ours[1].last_error == "late"
     assert read_transactions(journal.path, "orders", writer_id="w9") == []

@@ -25,9 +25,10 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -95,12 +96,22 @@ class TransactionStatus:
     attempts: int
     last_error: str | None
     last_validation: str | None = None  # the latest ValidationReport JSON, if validated
-    states: frozenset[TxnState] = frozenset()  # every state it was ever in
+    # When it first entered each state it was ever in (commit latency is committed minus
+    # pre-committed).
+    first_at: Mapping[TxnState, datetime] = field(default_factory=dict)
     vacuumed: bool = False  # its rows were removed by the vacuum job
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "opened_at", _utc(self.opened_at))
         object.__setattr__(self, "updated_at", _utc(self.updated_at))
+        object.__setattr__(
+            self, "first_at", MappingProxyType({s: _utc(t) for s, t in self.first_at.items()})
+        )
+
+    @property
+    def states(self) -> frozenset[TxnState]:
+        """Every state it was ever in."""
+        return frozenset(self.first_at)
 
     def event(
         self, *, table_path: str, state: TxnState, event_time: datetime, **extra: Any
@@ -180,7 +191,10 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> list[TransactionStatus]:
                 attempts=max(e["attempt"] for e in found),
                 last_error=latest(found, "error"),
                 last_validation=latest(found, "validation"),
-                states=frozenset(TxnState(e["state"]) for e in found),
+                first_at={
+                    state: min(e["event_time"] for e in found if e["state"] == state.value)
+                    for state in {TxnState(e["state"]) for e in found}
+                },
                 vacuumed=any(
                     e["state"] == TxnState.ABORTED.value
                     and (e["detail"] or "").startswith(VACUUMED_PREFIX)
