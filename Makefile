@@ -36,11 +36,20 @@ format: $(STAMP)
 	$(BIN)/ruff format lakesink jobs tests benchmarks
 	$(BIN)/ruff check --fix lakesink jobs tests benchmarks
 
+# Debian packages the tests run for real: Chromium opens the validation reports headless,
+# the Prometheus Pushgateway receives pushed metrics.
+TEST_TOOLS := /usr/bin/chromium /usr/bin/prometheus-pushgateway
+$(TEST_TOOLS):
+	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] || { \
+	  echo "the tests need Debian's chromium and prometheus-pushgateway: install them (as root)"; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium prometheus-pushgateway
+
 # The suite CI runs, in two worker processes (a Spark test spends much of its time waiting:
 # JVM starts, Delta commits, child jobs): the slow process, crash, cluster fault and soak
 # tests and the quick benchmark included. The cluster tests share one standalone cluster.
 PYTEST_WORKERS ?= 2
-test: lint $(IVY_STAMP)
+test: lint $(IVY_STAMP) $(TEST_TOOLS)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.

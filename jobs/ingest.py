@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.errors import LakesinkError, exit_status
+from lakesink.ops.metrics import MetricsExport
 from lakesink.testing.faults import hook_from_env
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
@@ -150,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="what a batch that fails --suite becomes: aborted (never visible; the "
         "default), held for an operator (lakesink commit/abort), or committed with a warning",
     )
+    parser.add_argument(
+        "--metrics-file",
+        metavar="FILE.prom",
+        help="after every batch, write the tables' Prometheus metrics to this file (for "
+        "node_exporter's textfile collector; see lakesink metrics --help)",
+    )
+    parser.add_argument(
+        "--push-gateway",
+        metavar="URL",
+        help="after every batch, push the tables' metrics to this Prometheus Pushgateway "
+        "(job label lakesink_<job id>)",
+    )
     parser.add_argument("--master", help="Spark master URL (default local[*])")
     return parser
 
@@ -167,6 +180,9 @@ def run(args: argparse.Namespace) -> int:
     # tests, the cluster fault tests and the demo stop or kill the job at a protocol step.
     # Read before Spark starts, so that a malformed spec fails at once.
     step_hook = hook_from_env()
+    metrics = MetricsExport(
+        textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
+    )
 
     from lakesink.delta.session import KAFKA_CONNECTOR, spark_session
     from lakesink.delta.sink import DeltaSink, SinkOptions
@@ -223,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             sinks=sinks,
             process=process,
             step_hook=step_hook,
+            metrics=metrics,
         ) as sink:
             writer = stream.writeStream.foreachBatch(sink).queryName(args.job_id)
             writer = writer.option("checkpointLocation", checkpoint_location)

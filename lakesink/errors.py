@@ -19,6 +19,7 @@ __all__ = [
     "ConfigurationError",
     "FormatVersionError",
     "LakesinkError",
+    "MetricsExportError",
     "ProtocolError",
     "ReservedColumnError",
     "SchemaMismatchError",
@@ -34,17 +35,20 @@ __all__ = [
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check failed (validation, audit), a confirmation was declined
 EXIT_BAD_INPUT = 2  # bad options, input or configuration: fix them, do not retry as is
-EXIT_TRY_LATER = 75  # EX_TEMPFAIL: another live run holds the lock; retry later
+# EX_TEMPFAIL: another live run holds the lock, or the Pushgateway did not answer; retry later
+EXIT_TRY_LATER = 75
 EXIT_CODES = (
     f"exit status: {EXIT_OK} done, {EXIT_CHECK_FAILED} a check failed (or a confirmation "
     f"was declined), {EXIT_BAD_INPUT} bad input or configuration, {EXIT_TRY_LATER} another "
-    "live run holds the lock (retry later)"
+    "live run holds the lock or the Pushgateway did not answer (retry later)"
 )
 
 
 def exit_status(error: LakesinkError) -> int:
     """The exit status a command or job ends with when ``error`` stops it."""
-    return EXIT_TRY_LATER if isinstance(error, AlreadyRunningError) else EXIT_BAD_INPUT
+    if isinstance(error, (AlreadyRunningError, MetricsExportError)):
+        return EXIT_TRY_LATER
+    return EXIT_BAD_INPUT
 
 
 class LakesinkError(Exception):
@@ -89,6 +93,10 @@ class CommitStateUnknownError(LakesinkError):
 
 class AlreadyRunningError(LakesinkError):
     """Raised when another live process already runs the same job or sink writer."""
+
+
+class MetricsExportError(LakesinkError):
+    """Raised when a Pushgateway refused or did not answer a push of metrics; try later."""
 
 
 class SchemaMismatchError(LakesinkError):

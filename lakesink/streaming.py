@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from lakesink.core.microbatch import MicroBatchDriver
 from lakesink.delta.sink import DeltaSink, SinkOptions
 from lakesink.errors import ConfigurationError
+from lakesink.ops.metrics import MetricsExport, sink_registry
 
 __all__ = ["Process", "StreamingSink", "recorded_batch"]
 
@@ -65,6 +66,8 @@ class StreamingSink:
         listen: Commit a batch as soon as Spark reports it done (a listener); without it,
             a batch is committed when the next one starts or the ``with`` block ends.
         step_hook: Called with a step name and the batch id (fault-injection tests).
+        metrics: Where to send the sinks' metrics (``lakesink.ops.metrics``) after each
+            batch's pre-commit and each commit; a failure to send is logged, never raised.
         options: The one table's ``SinkOptions``; ``**fields`` set them one by one.
 
     Raises:
@@ -84,6 +87,7 @@ class StreamingSink:
         process: Process | None = None,
         listen: bool = True,
         step_hook: StepHook | None = None,
+        metrics: MetricsExport | None = None,
         options: SinkOptions | None = None,
         **fields: Any,
     ) -> None:
@@ -117,6 +121,7 @@ class StreamingSink:
             where=checkpoint_location,
             step_hook=step_hook,
         )
+        self._metrics = metrics if metrics is not None and metrics.enabled else None
         self._committer: _Committer | None = _Committer(self) if listen else None
 
     @property
@@ -130,10 +135,14 @@ class StreamingSink:
         _check_is_the_querys(self.spark, self.checkpoint_location, batch_id)
         with self._driver.batch(batch_id) as sinks:
             self._process(batch, sinks)
+        self._export_metrics()
 
     def commit(self) -> list[int]:
         """Commit the batches Spark has recorded in the commit log; return their ids."""
-        return self._driver.commit_recorded()
+        committed = self._driver.commit_recorded()
+        if committed:
+            self._export_metrics()
+        return committed
 
     def close(self) -> None:
         """Commit what Spark recorded, stop listening, close the sinks (releasing them)."""
@@ -141,6 +150,12 @@ class StreamingSink:
         if committer is not None:
             committer.stop()
         self._driver.close()
+        self._export_metrics()
+
+    def _export_metrics(self) -> None:
+        if self._metrics is not None:
+            paths = [sink.path for sink in self.sinks.values()]
+            self._metrics.send_quietly(sink_registry(paths))
 
     def __enter__(self) -> StreamingSink:
         return self

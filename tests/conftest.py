@@ -102,3 +102,4 @@ def pytest_configure(config: pytest.Config) -> None:
 # and the summary lines with the figures those tests record.
 from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401
 from kafka_fixture import kafka_broker  # noqa: E402, F401
+from tools_fixture import push_gateway  # noqa: E402, F401

@@ -20,7 +20,11 @@ def test_help_lists_the_commands_and_the_exit_codes():
     result = run("--help")
     assert result.returncode == 0
     assert "jars" in result.stdout
-    assert "75 another live run holds the lock (retry later)" in " ".join(result.stdout.split())
+    helped = " ".join(result.stdout.split())
+    assert (
+        "75 another live run holds the lock or the Pushgateway did not answer (retry later)"
+        in helped
+    )
 
 
 def test_jars_prints_the_delta_coordinate_for_spark_submit():

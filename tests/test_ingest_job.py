@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 from test_ingest_crash import ORDERS, generate, ingest, ingest_command
+from test_metrics import samples
+from test_validation_gate import expectation_rows
+from tools_fixture import page_dom
 
 from lakesink import committed
 from lakesink.cli import main
@@ -40,7 +43,12 @@ def test_bad_files_are_quarantined_and_a_failing_batch_is_held(spark, tmp_path, 
         )
     )
 
-    run = ingest(tmp_path, None, "--suite", str(SUITE), "--on-failure", "quarantine")
+    metrics = tmp_path / "ingest.prom"
+    run = ingest(
+        tmp_path,
+        None,
+        *("--suite", str(SUITE), "--on-failure", "quarantine", "--metrics-file", str(metrics)),
+    )
 
     assert run.returncode == 0, run.stderr[-3000:]
     assert "batch 1: 2 files, 2 orders, 1 quarantined" in run.stdout
@@ -57,6 +65,17 @@ def test_bad_files_are_quarantined_and_a_failing_batch_is_held(spark, tmp_path, 
     assert "amount" in held["validation"]
     assert main(["status", table]) == 0
     assert "held: 1" in capsys.readouterr().out
+    # What the job's metrics file said when it stopped: the held batch, the committed one.
+    exported = samples(metrics.read_text(), sink="orders")
+    assert exported["lakesink_held_checkpoints"] == 1
+    assert exported["lakesink_committed_rows_total"] == ORDERS
+    assert samples(metrics.read_text(), sink="totals")["lakesink_held_checkpoints"] == 1
+    # The held batch's validation, as the Data Docs page an operator opens.
+    assert main(["status", table, "--report", str(tmp_path / "docs")]) == 0
+    page = tmp_path / "docs" / "orders-checkpoint-1-0.html"
+    assert f"report of checkpoint 1: {page}" in capsys.readouterr().err
+    rows = expectation_rows(page_dom(page, tmp_path / "chromium"))
+    assert rows["values must be greater than or equal to 0.01"] == "failed"
 
     totals = str(tmp_path / "totals")
     assert main(["status", totals, "--json"]) == 0  # held with the orders it sums

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_metrics import samples
 
 from lakesink import committed
 from lakesink.core import TxnState
@@ -280,9 +281,20 @@ def test_vacuum_compacts_the_committed_rows_and_the_journal_unless_told_not_to(s
     committed_files = list(table.glob(f"{VISIBLE}=true/*/*.parquet"))
     assert len(committed_files) >= 3
 
-    skipped = run_job("--table", str(table), "--no-compact", "--json", "--master", "local[1]")
+    metrics = table.parent / "vacuum.prom"
+    skipped = run_job(
+        *("--table", str(table), "--no-compact", "--json", "--master", "local[1]"),
+        *("--metrics-file", str(metrics)),
+    )
     assert skipped.returncode == 0, skipped.stderr
-    assert json.loads(skipped.stdout)["compaction"] == []
+    ran = json.loads(skipped.stdout)
+    assert ran["compaction"] == []
+    # The run's figures, for Prometheus' textfile collector, are the report's.
+    figures = samples(metrics.read_text(), sink=ran["sink_id"], table=ran["table_path"])
+    assert figures["lakesink_vacuum_last_run_files_removed"] == ran["files_removed"]
+    assert figures["lakesink_vacuum_last_run_bytes_removed"] == ran["bytes_removed"]
+    assert figures["lakesink_vacuum_last_run_files_compacted"] == 0
+    assert figures["lakesink_vacuum_last_run_duration_seconds"] > 0
     # Three committed files are below the default threshold: nothing to compact.
     assert [c.what for c in vacuum(spark, str(table), dry_run=True).compaction] == ["journal"]
     report = vacuum(spark, str(table), compact_min_files=2)

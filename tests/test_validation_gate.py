@@ -8,12 +8,15 @@ checkpoint the journal shows aborted or held, and a held one commits exactly onc
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from tools_fixture import page_dom
 
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
@@ -58,6 +61,24 @@ def validations(sink: DeltaSink, checkpoint_id: int) -> list[dict]:
         .collect()
     )
     return [{"state": r.state, "detail": r.detail, **json.loads(r.validation)} for r in rows]
+
+
+def expectation_rows(dom: str) -> dict[str, str]:
+    """Each expectation row of a Data Docs page: its sentence's start, and failed or passed."""
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", dom, flags=re.S):
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split())
+        mark = (
+            "failed"
+            if "fa-times text-danger" in row
+            else "passed"
+            if "text-success" in row
+            else None
+        )
+        for sentence in ("values must be greater than or equal to 0.01", "values must be unique"):
+            if sentence in text.replace(" .", ".") and mark:
+                rows[sentence] = mark
+    return rows
 
 
 def write_good_then_bad(spark, sink: DeltaSink) -> None:
@@ -193,15 +214,26 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
         assert restarted.next_checkpoint_id == 2  # and its id is not used again
 
 
-def test_lakesink_validate_reruns_a_suite_and_journals_it(spark, table, capsys):
+def test_lakesink_validate_reruns_a_suite_journals_it_and_writes_its_report(
+    spark, table, tmp_path, capsys
+):
     from lakesink.cli import main
 
     sink = DeltaSink.open(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine"))
     write_good_then_bad(spark, sink)
     sink.close()
+    docs = tmp_path / "docs"
 
-    assert main(["validate", str(table), "--checkpoint", "2", "--suite", str(QUALITY)]) == 1
-    assert "amount" in capsys.readouterr().out
+    argv = ["validate", str(table), "--checkpoint", "2", "--suite", str(QUALITY)]
+    assert main([*argv, "--report", str(docs)]) == 1
+    out, err = capsys.readouterr()
+    assert "amount" in out
+    page = docs / "orders-checkpoint-2-0.html"
+    assert f"report of checkpoint 2: {page}" in err
+    rows = expectation_rows(page_dom(page, tmp_path / "chromium"))
+    assert rows["values must be greater than or equal to 0.01"] == "failed"
+    assert rows["values must be unique"] == "passed"
+    assert "orders checkpoint 2 (writer 0, held)" in page.read_text()
     ((_, report),) = revalidate_checkpoint(spark, str(table), 2, gate("quarantine"))
     assert not report.success
     runs = validations(sink, 2)

@@ -60,6 +60,15 @@ def _status(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc)
     reports = [sink_status(str(Path(table).resolve())).as_dict(now) for table in args.table]
     job = job_status(args.state, args.job_id) if args.state else None
+    if args.report:
+        from lakesink.delta.validation import ValidationReport
+
+        for path in (str(Path(table).resolve()) for table in args.table):
+            held = [
+                (t, ValidationReport.from_json(t.last_validation) if t.last_validation else None)
+                for t in sink_status(path).held
+            ]
+            _write_reports(held, path, args.report)
     if args.json:
         print(json.dumps({"sinks": reports, "job": job}, indent=2, default=str))
         return 0
@@ -108,6 +117,26 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics(args: argparse.Namespace) -> int:
+    from prometheus_client import generate_latest
+
+    from lakesink.ops.metrics import MetricsExport, sink_registry
+
+    export = MetricsExport(textfile=args.textfile, push_gateway=args.push_gateway, job=args.job)
+    registry = sink_registry(args.table)
+    if not export.enabled:
+        sys.stdout.write(generate_latest(registry).decode())
+        return 0
+    export.send(registry)
+    where = " and ".join(
+        f"{kind} {target}"
+        for kind, target in (("wrote", export.textfile), ("pushed to", export.push_gateway))
+        if target
+    )
+    print(f"metrics of {len(args.table)} sink(s): {where}", file=sys.stderr)
+    return 0
+
+
 def _resolve(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
 
@@ -147,6 +176,8 @@ def _validate(args: argparse.Namespace) -> int:
     spark = _session(args)
     table = str(Path(args.table).resolve())
     results = revalidate_checkpoint(spark, table, args.checkpoint, gate)
+    if args.report:
+        _write_reports(results, table, args.report)
     if args.json:
         print(json.dumps([json.loads(report.to_json()) for _, report in results], indent=2))
     else:
@@ -154,6 +185,27 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}")
             print(f"  {report.summary()}")
     return 0 if all(report.success for _, report in results) else 1
+
+
+def _write_reports(validated: list, table: str, directory: str) -> None:
+    """Data Docs pages of (transaction, its report or None) pairs; their paths to stderr."""
+    from lakesink.ops.reports import write_report_page
+
+    for txn, report in validated:
+        page = (
+            None
+            if report is None
+            else write_report_page(report, txn, table_path=table, directory=directory)
+        )
+        if page is None:
+            print(
+                f"checkpoint {txn.checkpoint_id} (writer {txn.writer_id}): no GX result to render "
+                "(the run raised, or an older lakesink kept only a summary); lakesink validate "
+                "--report renders a new one",
+                file=sys.stderr,
+            )
+        else:
+            print(f"report of checkpoint {txn.checkpoint_id}: {page}", file=sys.stderr)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -249,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("table", nargs="+", help="path of a lakesink table")
     status.add_argument("--state", help="a job's --state folder: show its quarantined input")
     status.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
+    status.add_argument(
+        "--report",
+        metavar="DIR",
+        help="write a Great Expectations Data Docs page of each held checkpoint's "
+        "validation into DIR (open it in a browser)",
+    )
     status.set_defaults(func=_status)
 
     checkpoints = commands.add_parser(
@@ -260,6 +318,34 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--state", required=True, help="the job's --state folder")
     checkpoints.add_argument("--job-id", default="ingest", help="job name (default: ingest)")
     checkpoints.set_defaults(func=_checkpoints)
+
+    metrics = commands.add_parser(
+        "metrics",
+        help="Prometheus metrics of sinks: pending age, commit latency, checkpoints, rows",
+        description="Print each sink's metrics in Prometheus' text format, folded from its "
+        "journal: the age of the oldest pending checkpoint, pending and held checkpoints, "
+        "committed and aborted checkpoints, committed rows, the last commit, the commit "
+        "latency (pre-commit to visible) histogram and what the vacuum removed; the README's "
+        "'Operating lakesink' lists the names. No Spark, no JVM: run it from cron with "
+        "--textfile for node_exporter's textfile collector, or push it with --push-gateway. "
+        "Exit 0, 2 when a table is not a lakesink table, 75 when the Pushgateway did not "
+        "answer (retry later).",
+    )
+    metrics.add_argument("table", nargs="+", help="path of a lakesink table")
+    metrics.add_argument(
+        "--textfile",
+        metavar="FILE.prom",
+        help="write them to this file (whole, then renamed into place) instead of stdout",
+    )
+    metrics.add_argument(
+        "--push-gateway", metavar="URL", help="push them to this Prometheus Pushgateway"
+    )
+    metrics.add_argument(
+        "--job",
+        default="lakesink",
+        help="the Pushgateway's job label, which groups what is pushed (default: lakesink)",
+    )
+    metrics.set_defaults(func=_metrics)
     resolve = {}
     for action, effect in (
         (
@@ -292,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("table", help="path of the lakesink table")
     validate.add_argument("--checkpoint", type=int, required=True)
     validate.add_argument("--suite", required=True, metavar="FILE", help="GX suite JSON file")
+    validate.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write the result as a Great Expectations Data Docs page into DIR",
+    )
     validate.set_defaults(func=_validate)
     view = commands.add_parser(
         "checkpoint-view",

@@ -16,8 +16,10 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,6 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         help="compact the committed rows or the journal only once it holds N files (default: "
         "lakesink.ops.compact.MIN_FILES, 8)",
     )
+    parser.add_argument(
+        "--metrics-file",
+        metavar="FILE.prom",
+        help="write the run's figures (lakesink_vacuum_last_run_*) to this file for "
+        "node_exporter's textfile collector",
+    )
+    parser.add_argument(
+        "--push-gateway",
+        metavar="URL",
+        help="push the run's figures to this Prometheus Pushgateway (job label "
+        "lakesink_vacuum, grouped by sink)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master URL (default local[*])")
@@ -90,8 +104,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
             )
         _check_local_table(args.table)
+        from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
+
+        metrics = MetricsExport(
+            textfile=args.metrics_file, push_gateway=args.push_gateway, job="lakesink_vacuum"
+        )
+        started = time.monotonic()
         with _stdout_to_stderr():
             report = _run(args)
+        if not report.dry_run:
+            run = vacuum_run_metrics(report, duration_s=time.monotonic() - started)
+            replace(metrics, grouping={"sink": report.sink_id}).send_quietly(run)
     except LakesinkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exit_status(exc)

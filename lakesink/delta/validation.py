@@ -112,6 +112,9 @@ class ValidationReport:
         duration_s: Wall time of the run, in seconds.
         error: Set when GX or Spark raised during the run (type and message); ``success``
             is then false.
+        result: GX's whole validation result (``ExpectationSuiteValidationResult`` as
+            JSON: every expectation with its observed values), which Data Docs render
+            (``lakesink.ops.reports``); None when the run did not finish.
     """
 
     suite: str
@@ -122,6 +125,7 @@ class ValidationReport:
     failed: tuple[FailedExpectation, ...]
     duration_s: float
     error: str | None = None
+    result: Mapping[str, object] | None = None
 
     def to_json(self) -> str:
         """Compact JSON with sorted keys: the string the journal stores."""
@@ -188,7 +192,7 @@ class ValidationGate:
             raise ValidationSuiteError(
                 f"unknown validation policy {self.policy!r}: use one of {', '.join(POLICIES)}"
             )
-        gx = _import_gx()
+        gx = import_gx()
         if not isinstance(self.suite, gx.ExpectationSuite):
             raise TypeError(f"suite must be a GX ExpectationSuite, not {type(self.suite)!r}")
         object.__setattr__(self, "_runner", _SuiteRunner(self.suite))
@@ -315,6 +319,7 @@ class ValidationGate:
             evaluated=result.statistics["evaluated_expectations"],
             failed=tuple(failed),
             error="; ".join(errors) or None,
+            result=result.to_json_dict(),
         )
 
     def _report(
@@ -326,6 +331,7 @@ class ValidationGate:
         evaluated: int = 0,
         failed: tuple[FailedExpectation, ...] = (),
         error: str | None = None,
+        result: Mapping[str, object] | None = None,
     ) -> ValidationReport:
         return ValidationReport(
             suite=self.suite.name,
@@ -336,6 +342,7 @@ class ValidationGate:
             failed=failed,
             duration_s=round(time.monotonic() - started, 3),
             error=error,
+            result=result,
         )
 
 
@@ -363,7 +370,7 @@ class _SuiteRunner:
             return result
 
     def _build(self) -> ValidationDefinition:
-        gx = _import_gx()
+        gx = import_gx()
         from great_expectations.data_context.types.base import (
             DataContextConfig,
             InMemoryStoreBackendDefaults,
@@ -399,7 +406,7 @@ class _SuiteRunner:
         )
 
 
-def _import_gx() -> ModuleType:
+def import_gx() -> ModuleType:
     """great_expectations, with its loggers at WARNING unless the application set them:
     importing it alone logs a hundred INFO lines."""
     gx_log = logging.getLogger("great_expectations")
@@ -411,7 +418,7 @@ def _import_gx() -> ModuleType:
 
 
 def _suite_from_dict(data: object, *, source: Path) -> ExpectationSuite:
-    gx = _import_gx()
+    gx = import_gx()
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,
     )

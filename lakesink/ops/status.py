@@ -27,6 +27,7 @@ class SinkStatus:
     journal_path: str
     last_committed_checkpoint: int | None
     committed_rows: int
+    committed: tuple[TransactionStatus, ...]
     pending: tuple[TransactionStatus, ...]  # open, pre-committed or being committed
     held: tuple[TransactionStatus, ...]  # failed validation: an operator decides
     aborted: tuple[TransactionStatus, ...]
@@ -60,13 +61,14 @@ def sink_status(path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
     table, _ = read_sink_table_log(path)
     transactions = read_transactions(table.journal_path, table.sink_id)
-    committed = [s for s in transactions if s.state is TxnState.COMMITTED]
+    committed = tuple(s for s in transactions if s.state is TxnState.COMMITTED)
     return SinkStatus(
         sink_id=table.sink_id,
         table_path=path,
         journal_path=table.journal_path,
         last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
         committed_rows=sum(s.row_count or 0 for s in committed),
+        committed=committed,
         pending=tuple(
             s
             for s in transactions
