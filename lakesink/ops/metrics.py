@@ -63,6 +63,10 @@ LATENCY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0)
 _LABELS = ("sink", "table")
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class JournalCollector(Collector):
     """Collects the sink metrics of the tables at ``paths`` each time it is asked.
 
@@ -75,7 +79,7 @@ class JournalCollector(Collector):
         self,
         paths: Sequence[str],
         *,
-        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._paths = [str(Path(p).resolve()) for p in paths]
         self._clock = clock
@@ -89,10 +93,12 @@ class JournalCollector(Collector):
         yield from families.values()
 
 
-def sink_registry(paths: Sequence[str], **collector: object) -> CollectorRegistry:
-    """A registry holding the sink metrics of the tables at ``paths``."""
+def sink_registry(
+    paths: Sequence[str], *, clock: Callable[[], datetime] = _utc_now
+) -> CollectorRegistry:
+    """A registry holding the sink metrics of the tables at ``paths`` (see the collector)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(JournalCollector(paths, **collector))  # type: ignore[arg-type]
+    registry.register(JournalCollector(paths, clock=clock))
     return registry
 
 

@@ -25,12 +25,18 @@ class SinkStatus:
     sink_id: str
     table_path: str
     journal_path: str
-    last_committed_checkpoint: int | None
-    committed_rows: int
     committed: tuple[TransactionStatus, ...]
     pending: tuple[TransactionStatus, ...]  # open, pre-committed or being committed
     held: tuple[TransactionStatus, ...]  # failed validation: an operator decides
     aborted: tuple[TransactionStatus, ...]
+
+    @property
+    def last_committed_checkpoint(self) -> int | None:
+        return max((s.checkpoint_id for s in self.committed), default=None)
+
+    @property
+    def committed_rows(self) -> int:
+        return sum(s.row_count or 0 for s in self.committed)
 
     def as_dict(self, now: datetime) -> dict:
         def txn(status: TransactionStatus) -> dict:
@@ -61,14 +67,11 @@ def sink_status(path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
     table, _ = read_sink_table_log(path)
     transactions = read_transactions(table.journal_path, table.sink_id)
-    committed = tuple(s for s in transactions if s.state is TxnState.COMMITTED)
     return SinkStatus(
         sink_id=table.sink_id,
         table_path=path,
         journal_path=table.journal_path,
-        last_committed_checkpoint=max((s.checkpoint_id for s in committed), default=None),
-        committed_rows=sum(s.row_count or 0 for s in committed),
-        committed=committed,
+        committed=tuple(s for s in transactions if s.state is TxnState.COMMITTED),
         pending=tuple(
             s
             for s in transactions
