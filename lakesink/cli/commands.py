@@ -58,17 +58,18 @@ def _status(args: argparse.Namespace) -> int:
     from lakesink.ops.status import job_status, sink_status
 
     now = datetime.now(timezone.utc)
-    reports = [sink_status(str(Path(table).resolve())).as_dict(now) for table in args.table]
+    statuses = [sink_status(str(Path(table).resolve())) for table in args.table]
+    reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
     if args.report:
         from lakesink.delta.validation import ValidationReport
 
-        for path in (str(Path(table).resolve()) for table in args.table):
+        for status in statuses:
             held = [
                 (t, ValidationReport.from_json(t.last_validation) if t.last_validation else None)
-                for t in sink_status(path).held
+                for t in status.held
             ]
-            _write_reports(held, path, args.report)
+            _write_reports(held, status.table_path, args.report)
     if args.json:
         print(json.dumps({"sinks": reports, "job": job}, indent=2, default=str))
         return 0
