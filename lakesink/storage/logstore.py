@@ -1,0 +1,162 @@
+"""lakesink's Delta log store for S3, built from its Java source on first use.
+
+``io.lakesink.storage.S3ConditionalLogStore`` (``java/`` beside this file) commits
+``_delta_log/N.json`` with S3's conditional create (``If-None-Match: *``, through S3A's
+``createFile(...).must("fs.option.create.conditional.overwrite", true)``, Hadoop 3.4.2+): of
+two writers of version N, on any host, one wins and the other gets
+``FileAlreadyExistsException``, which Delta retries on. Delta's default for S3
+(``S3SingleDriverLogStore``) checks and then PUTs under a lock of one JVM, and a second
+driver can silently replace its commit.
+
+``logstore_jar()`` compiles the source with ``javac --release 17`` against pyspark's jars
+and Delta's ``delta-storage`` jar into a small jar in a cache folder, again only when the
+source changes. ``StorageOptions.spark_jars()`` hands it to Spark and
+``StorageOptions.spark_conf()`` names the class for ``s3a://`` and ``s3://``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from lakesink.errors import ConfigurationError
+from lakesink.ops.jvm import fetch_jars, tail
+from lakesink.storage.options import LOGSTORE_CLASS
+
+__all__ = ["JAVA_RELEASE", "JAVA_SOURCES", "LOGSTORE_CLASS", "logstore_jar", "source_hash"]
+
+log = logging.getLogger(__name__)
+
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+JAVA_RELEASE = "17"
+IVY_DIR_ENV = "LAKESINK_IVY_DIR"
+JAR_PREFIX = "lakesink-logstore-"
+
+
+def source_hash() -> str:
+    """A digest of the Java source, the target release and the Delta version it builds for."""
+    digest = hashlib.sha256(f"release {JAVA_RELEASE}; delta {_delta_version()}\n".encode())
+    for source in _sources():
+        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def logstore_jar(cache_dir: str | Path | None = None) -> Path:
+    """The jar of lakesink's S3 log store, built if its source changed since the last build.
+
+    Args:
+        cache_dir: Where the jar (and, if no Ivy cache has it, the ``delta-storage`` jar) is
+            kept. Default: ``logstore`` beside ``$LAKESINK_IVY_DIR``, else
+            ``~/.cache/lakesink/logstore``.
+
+    Raises:
+        ConfigurationError: No ``javac`` (a JDK 17 or later), or the build failed.
+    """
+    folder = Path(cache_dir) if cache_dir else _default_cache()
+    jar = folder / f"{JAR_PREFIX}{source_hash()}.jar"
+    if jar.is_file():
+        return jar
+    folder.mkdir(parents=True, exist_ok=True)
+    javac = _javac()
+    classpath = os.pathsep.join([str(_pyspark_jars() / "*"), str(_delta_storage_jar(folder))])
+    log.info("building lakesink's S3 log store into %s", jar)
+    with tempfile.TemporaryDirectory(prefix="lakesink-logstore-", dir=folder) as work:
+        classes = Path(work, "classes")
+        command = [
+            javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
+            "-cp", classpath, "-d", str(classes), *map(str, _sources()),
+        ]  # fmt: skip
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigurationError(f"javac took over 5 minutes to build {jar.name}") from exc
+        if result.returncode != 0:
+            raise ConfigurationError(
+                f"javac could not build lakesink's S3 log store from {JAVA_SOURCES}:\n"
+                f"{tail(result.stdout + result.stderr, 30)}"
+            )
+        staged = Path(work, jar.name)
+        with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(
+                "META-INF/MANIFEST.MF",
+                f"Manifest-Version: 1.0\nCreated-By: lakesink\nX-Lakesink-Source: {jar.stem}\n",
+            )
+            for compiled in sorted(classes.rglob("*.class")):
+                archive.write(compiled, compiled.relative_to(classes).as_posix())
+        # Atomic: a test worker or job building at the same time never sees half a jar.
+        os.replace(staged, jar)
+    return jar
+
+
+def _sources() -> list[Path]:
+    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+    if not sources:
+        raise ConfigurationError(
+            f"lakesink's log store source is missing from {JAVA_SOURCES}; reinstall lakesink"
+        )
+    return sources
+
+
+def _default_cache() -> Path:
+    ivy = os.environ.get(IVY_DIR_ENV)
+    if ivy:
+        return Path(ivy).resolve().parent / "logstore"
+    return Path.home() / ".cache" / "lakesink" / "logstore"
+
+
+def _javac() -> str:
+    home = os.environ.get("JAVA_HOME")
+    candidates = [Path(home) / "bin" / "javac"] if home else []
+    found = shutil.which("javac")
+    if found:
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise ConfigurationError(
+        "javac is not on PATH (nor in $JAVA_HOME/bin): lakesink builds its S3 log store "
+        "from source and needs a JDK 17 or later, not only a JRE; install one (Debian: "
+        "apt-get install openjdk-17-jdk-headless) or set JAVA_HOME to a JDK"
+    )
+
+
+def _pyspark_jars() -> Path:
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise ConfigurationError(
+            "pyspark is not installed; install lakesink's dependencies"
+        ) from exc
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def _delta_version() -> str:
+    try:
+        return version("delta-spark")
+    except PackageNotFoundError as exc:
+        raise ConfigurationError("delta-spark is not installed; install lakesink") from exc
+
+
+def _delta_storage_jar(cache: Path) -> Path:
+    """Delta's ``delta-storage`` jar (the LogStore API): from an Ivy cache Spark filled when
+    it fetched Delta, else fetched from Maven Central into ``cache``."""
+    name = f"io.delta_delta-storage-{_delta_version()}.jar"
+    ivy_dirs = [os.environ.get(IVY_DIR_ENV), str(Path.home() / ".ivy2.5.2")]
+    for ivy in filter(None, ivy_dirs):
+        jar = Path(ivy) / "jars" / name
+        if jar.is_file():
+            return jar
+    coordinate = f"io.delta:delta-storage:{_delta_version()}"
+    target = fetch_jars([coordinate], cache / f"delta-storage-{_delta_version()}", what=coordinate)
+    found = sorted(target.glob(f"delta-storage-{_delta_version()}*.jar"))
+    if not found:
+        raise ConfigurationError(f"{coordinate} fetched into {target}, but its jar is not there")
+    return found[0]
