@@ -19,6 +19,7 @@ __all__ = [
     "ConfigurationError",
     "FormatVersionError",
     "LakesinkError",
+    "LeaseLostError",
     "MetricsExportError",
     "ProtocolError",
     "ReservedColumnError",
@@ -40,13 +41,14 @@ EXIT_TRY_LATER = 75
 EXIT_CODES = (
     f"exit status: {EXIT_OK} done, {EXIT_CHECK_FAILED} a check failed (or a confirmation "
     f"was declined), {EXIT_BAD_INPUT} bad input or configuration, {EXIT_TRY_LATER} another "
-    "live run holds the lock or the Pushgateway did not answer (retry later)"
+    "live run holds the lock or lease (or took it over), or the Pushgateway did not answer "
+    "(retry later)"
 )
 
 
 def exit_status(error: LakesinkError) -> int:
     """The exit status a command or job ends with when ``error`` stops it."""
-    if isinstance(error, (AlreadyRunningError, MetricsExportError)):
+    if isinstance(error, (AlreadyRunningError, LeaseLostError, MetricsExportError)):
         return EXIT_TRY_LATER
     return EXIT_BAD_INPUT
 
@@ -93,6 +95,10 @@ class CommitStateUnknownError(LakesinkError):
 
 class AlreadyRunningError(LakesinkError):
     """Raised when another live process already runs the same job or sink writer."""
+
+
+class LeaseLostError(LakesinkError):
+    """Raised when a writer or job lost its lease on object storage; it stops uncommitted."""
 
 
 class MetricsExportError(LakesinkError):

@@ -49,6 +49,10 @@ class Lock(Protocol):
 
     def acquire(self) -> None: ...
 
+    def check(self) -> None:
+        """Raise if this process no longer holds it (a lease another host took over)."""
+        ...
+
     def release(self) -> None: ...
 
 
@@ -224,6 +228,9 @@ class CheckpointCoordinator(Generic[DataT]):
            the transaction stays pending and the next checkpoint's commit retries it.
         5. A pre-commit that raises: nothing is recorded and the coordinator refuses to
            go on (its sinks no longer agree on the next id); restart the job.
+        6. The job's lease was taken over (another host runs the job now): nothing is
+           recorded, the coordinator refuses to go on, and the run that holds the lease
+           aborts what this one pre-committed, as in 2.
         """
         if self._broken:
             raise ProtocolError(f"job {self.job_id}: {self._broken}; restart the job to recover")
@@ -244,6 +251,11 @@ class CheckpointCoordinator(Generic[DataT]):
             rows=rows,
             quarantined=quarantined,
         )
+        try:  # the record decides the commit: a run that lost its lease must not make it
+            self._lock.check()
+        except BaseException:
+            self._broken = f"it lost its lease before recording checkpoint {checkpoint_id}"
+            raise
         self.store.append(record)
         self.last, self._next_id = record, checkpoint_id + 1
         log.info(

@@ -46,6 +46,9 @@ class ProcessLock:
             return
         raise AlreadyRunningError(f"could not take the lock {self.path} of {self.what}")
 
+    def check(self) -> None:
+        """Nothing to check: no other process takes over the lock while this one lives."""
+
     def release(self) -> None:
         try:
             if self.path.read_text().strip() == self._me:

@@ -14,7 +14,7 @@ from lakesink.core.coordinator import CheckpointRecord, CheckpointStore
 from lakesink.core.protocol import Clock, TransactionTimeout, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import LoggedTransaction, TransactionHolder, TransactionLog, TxnState
-from lakesink.errors import AlreadyRunningError
+from lakesink.errors import AlreadyRunningError, LeaseLostError
 
 __all__ = [
     "MemoryCheckpointStore",
@@ -176,11 +176,19 @@ class MemorySource(Source[list[str]]):
 
 
 class MemoryLock:
-    """A job lock for one process: a second holder is refused until the first releases."""
+    """A job lock for one process: a second holder is refused until the first releases.
+
+    ``lost = True`` plays a lease another host took over: ``check`` then raises.
+    """
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.held = False
+        self.lost = False
+
+    def check(self) -> None:
+        if self.lost:
+            raise LeaseLostError(f"{self.what} lost its lease")
 
     def acquire(self) -> None:
         if self.held:

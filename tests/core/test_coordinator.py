@@ -14,7 +14,13 @@ from collections import Counter
 import pytest
 
 from lakesink.core import CheckpointCoordinator, Pacing, TxnState
-from lakesink.errors import AlreadyRunningError, CommitError, ConfigurationError, ProtocolError
+from lakesink.errors import (
+    AlreadyRunningError,
+    CommitError,
+    ConfigurationError,
+    LeaseLostError,
+    ProtocolError,
+)
 from lakesink.testing.memory import (
     MemoryCheckpointStore,
     MemorySink,
@@ -267,3 +273,27 @@ def test_bad_jobs_are_refused():
         CheckpointCoordinator(job.store, job_id="", sinks={"a": MemorySink(MemoryStore())})
     with pytest.raises(ConfigurationError, match="max_items must be at least 1"):
         Pacing(max_items=0)
+
+
+def test_a_run_that_lost_its_lease_records_nothing_and_the_new_holder_replays_it():
+    job = Job()
+    coordinator = job.start()
+    write_all(coordinator, ["a"])
+    coordinator._lock.lost = True  # another host took the job's lease over
+    with pytest.raises(LeaseLostError, match="job 'job' lost its lease"):
+        coordinator.checkpoint('"after a"', items=("a",))
+    with pytest.raises(ProtocolError, match="lost its lease before recording checkpoint 1"):
+        coordinator.checkpoint('"after a"', items=("a",))
+    assert job.store.records == []
+    assert job.visible() == Counter()
+    job.die(coordinator)
+    job.store.locks["job"].lost = False
+
+    with job.start() as restarted:
+        assert restarted.position is None  # nothing recorded: the source replays "a"
+        write_all(restarted, ["a"])
+        restarted.checkpoint('"after a"', items=("a",))
+    for key in SINKS:
+        assert job.visible(key) == Counter("a")
+        assert job.logged_ids(key, TxnState.ABORTED) == [1]
+        assert job.logged_ids(key, TxnState.COMMITTED) == [2]

@@ -1,0 +1,104 @@
+"""The few file operations lakesink makes beside Delta, on a local folder or an object store.
+
+Delta tables are read and written by Spark and delta-rs; what is left is small: whether a
+folder holds anything or a Delta table, the names in a folder (a streaming query's commit
+log), and the lock or lease files that fence a second live writer or job. On a URI these
+go through ``obstore`` (Python bindings of ``object_store``, the crate delta-rs commits
+with), configured from the same ``StorageOptions`` as Spark and delta-rs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lakesink.storage.location import is_uri, join
+from lakesink.storage.options import StorageOptions
+
+__all__ = [
+    "copy_file",
+    "folder_names",
+    "has_files",
+    "is_delta_table",
+    "object_store",
+    "read_bytes",
+    "write_bytes",
+]
+
+
+@lru_cache(maxsize=32)
+def _store(root: str, options: StorageOptions) -> Any:
+    from obstore.store import from_url
+
+    # object_store takes delta-rs's option names (lower case) and its s3:// spelling; obstore
+    # wants plain HTTP as a client option.
+    config = {k.lower(): v for k, v in options.deltars_options(root).items()}
+    allow_http = config.pop("aws_allow_http", "false") == "true"
+    return from_url(
+        options.deltars_uri(root), config=config, client_options={"allow_http": allow_http}
+    )
+
+
+def object_store(location: str, options: StorageOptions | None = None) -> tuple[Any, str]:
+    """An ``obstore`` store for the bucket of the URI ``location``, and its key there."""
+    scheme, _, rest = location.partition("://")
+    bucket, _, key = rest.partition("/")
+    return _store(f"{scheme}://{bucket}", options or StorageOptions.from_env()), key
+
+
+def has_files(location: str) -> bool:
+    """True when the folder ``location`` exists and holds anything."""
+    if not is_uri(location):
+        folder = Path(location)
+        return folder.exists() and any(folder.iterdir())
+    store, key = object_store(location)
+    listed = store.list_with_delimiter(_prefix(key))
+    return bool(listed["objects"] or listed["common_prefixes"])
+
+
+def is_delta_table(location: str) -> bool:
+    """True when ``location`` holds a Delta log with at least one commit or checkpoint."""
+    return bool(folder_names(join(location, "_delta_log")))
+
+
+def folder_names(location: str) -> list[str]:
+    """The names of the files directly in the folder ``location`` (none if it is absent)."""
+    if not is_uri(location):
+        folder = Path(location)
+        return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    store, key = object_store(location)
+    listed = store.list_with_delimiter(_prefix(key))
+    return sorted(o["path"].rpartition("/")[2] for o in listed["objects"])
+
+
+def _prefix(key: str) -> str | None:
+    # A folder's objects are listed by "key/"; a bucket's root by no prefix at all.
+    return f"{key}/" if key else None
+
+
+def copy_file(source: str, target: str) -> None:
+    """Copy the file ``source`` to ``target`` (either local or on an object store)."""
+    write_bytes(target, read_bytes(source))
+
+
+def read_bytes(location: str) -> bytes:
+    """The whole content of the file ``location``."""
+    if not is_uri(location):
+        return Path(location).read_bytes()
+    from obstore import get
+
+    store, key = object_store(location)
+    return bytes(get(store, key).bytes())
+
+
+def write_bytes(location: str, content: bytes) -> None:
+    """Write the file ``location`` whole (its local folder is made if missing)."""
+    if not is_uri(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        Path(location).write_bytes(content)
+        return
+    from obstore import put
+
+    store, key = object_store(location)
+    put(store, key, content)
