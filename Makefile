@@ -10,15 +10,16 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down
+.PHONY: setup lint format test test-fast demo clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down
 
 setup: $(STAMP)
 
-# Fetch the Delta jars (and Spark's Kafka connector, which the tests read Kafka with) once,
-# before parallel test workers and job processes share the cache.
+# Fetch the Delta jars (and Spark's Kafka connector, which the tests read Kafka with, and
+# hadoop-aws with its AWS SDK, for S3) and build lakesink's S3 log store once, before
+# parallel test workers and job processes share the cache.
 IVY_STAMP := $(LAKESINK_IVY_DIR)/.lakesink-warm
 $(IVY_STAMP): $(STAMP) Makefile
-	$(BIN)/python -c "from lakesink.delta.session import KAFKA_CONNECTOR as K, spark_session; spark_session(master='local[1]', packages=[K]).stop()"
+	$(BIN)/python -c "from lakesink.delta.session import KAFKA_CONNECTOR as K, spark_session; from lakesink.storage.options import StorageOptions as S; spark_session(master='local[1]', packages=[K], storage=S()).stop()"
 	touch $@
 
 $(STAMP): pyproject.toml
@@ -114,6 +115,19 @@ kafka-up: $(STAMP)
 
 kafka-down: $(STAMP)
 	$(BIN)/python -m lakesink.testing.kafka stop --dir $(KAFKA_DIR)
+
+# A SeaweedFS S3 server (weed mini, 127.0.0.1) with bucket $(S3_BUCKET), for tables at
+# s3a://$(S3_BUCKET)/...: it prints the AWS_* variables to export. Its data stay in
+# $(S3_DIR) across s3-down / s3-up.
+S3_DIR := $(CURDIR)/.cache/s3
+S3_PORT ?= 8333
+S3_BUCKET ?= lakesink
+
+s3-up: $(STAMP)
+	$(BIN)/python -m lakesink.testing.s3 start --dir $(S3_DIR) --port $(S3_PORT) --bucket $(S3_BUCKET)
+
+s3-down: $(STAMP)
+	$(BIN)/python -m lakesink.testing.s3 stop --dir $(S3_DIR)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

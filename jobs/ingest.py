@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +37,8 @@ from pyspark.sql import functions as F
 
 from lakesink.errors import LakesinkError, exit_status
 from lakesink.ops.metrics import MetricsExport
+from lakesink.storage.files import copy_file, write_bytes
+from lakesink.storage.location import join, name, normalize
 from lakesink.testing.faults import hook_from_env
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
@@ -194,14 +194,14 @@ def run(args: argparse.Namespace) -> int:
         packages=[KAFKA_CONNECTOR] if args.kafka else [],
     )
     options = SinkOptions(journal_path=args.journal)
-    checkpoint_location = str(Path(args.state).resolve() / args.job_id)
+    checkpoint_location = join(normalize(args.state), args.job_id)
     stream = _kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args)
     batches: list[int] = []
 
     def process(batch: DataFrame, writers: Mapping[str, DeltaSink]) -> None:
         batches.append(writers["orders"].current_checkpoint_id)
         batch = batch.cache()
-        quarantined = _quarantine(batch, Path(args.landing)) if args.landing else []
+        quarantined = _quarantine(batch, args.landing) if args.landing else []
         good = batch.where(~F.col("_file").isin(quarantined)) if quarantined else batch
         orders = transform(good).cache()
         rows = orders.count()
@@ -306,7 +306,7 @@ def _kafka_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     ).select("order.*", "_file")
 
 
-def _quarantine(batch: DataFrame, landing: Path) -> list[str]:
+def _quarantine(batch: DataFrame, landing: str) -> list[str]:
     """Copy the batch's files that did not parse aside, with the reason; return their paths.
 
     Copied, not moved: Spark's file source has recorded them, and a replayed batch reads
@@ -318,14 +318,13 @@ def _quarantine(batch: DataFrame, landing: Path) -> list[str]:
         .agg(F.first(CORRUPT).alias("line"))
         .collect()
     )
-    target = landing / QUARANTINE
+    target = join(normalize(landing), QUARANTINE)
     for row in bad:
-        source = Path(unquote(urlparse(row["_file"]).path))
-        target.mkdir(exist_ok=True)
-        shutil.copyfile(source, target / source.name)
+        source = normalize(unquote(row["_file"]))  # Spark's file URI, percent-encoded
+        copy_file(source, join(target, name(source)))
         reason = f"does not parse: {row['line'][:200]!r}"
-        (target / f"{source.name}.reason.txt").write_text(reason + "\n")
-        log.warning("quarantined %s: %s", source.name, reason)
+        write_bytes(join(target, f"{name(source)}.reason.txt"), f"{reason}\n".encode())
+        log.warning("quarantined %s: %s", name(source), reason)
     return [row["_file"] for row in bad]
 
 

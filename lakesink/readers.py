@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 from lakesink.delta.deltars import arrow_dataset, read_sink_table_log
 from lakesink.delta.format import HIDDEN_PREFIX, VISIBLE
 from lakesink.errors import ConfigurationError
+from lakesink.storage.location import normalize
 
 __all__ = ["arrow", "committed_dataset"]
 
@@ -32,7 +33,7 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
         TableNotFoundError: No lakesink table there (or no such version).
         FormatVersionError: The table has another lakesink format.
     """
-    location = str(Path(path).resolve()) if "://" not in str(path) else str(path)
+    location = normalize(path)
     _, table = read_sink_table_log(location, version=version)
     return arrow_dataset(table, location, file_pruning_predicate=[(VISIBLE, "=", "true")])
 

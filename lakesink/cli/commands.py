@@ -7,18 +7,23 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 from lakesink import __version__
 from lakesink.errors import EXIT_CODES, LakesinkError, exit_status
+from lakesink.storage.location import normalize
 
 __all__ = ["main"]
 
 
 def _jars(args: argparse.Namespace) -> int:
     from lakesink.delta.session import KAFKA_CONNECTOR, delta_maven_coordinate
+    from lakesink.storage.options import StorageOptions
 
-    print(",".join([delta_maven_coordinate(), *([KAFKA_CONNECTOR] if args.kafka else [])]))
+    if args.log_store:
+        print(",".join(StorageOptions.spark_jars()))
+        return 0
+    packages = [delta_maven_coordinate(), *([KAFKA_CONNECTOR] if args.kafka else [])]
+    print(",".join([*packages, *(StorageOptions.spark_packages() if args.s3 else [])]))
     return 0
 
 
@@ -58,7 +63,7 @@ def _status(args: argparse.Namespace) -> int:
     from lakesink.ops.status import job_status, sink_status
 
     now = datetime.now(timezone.utc)
-    statuses = [sink_status(str(Path(table).resolve())) for table in args.table]
+    statuses = [sink_status(table) for table in args.table]
     reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
     if args.report:
@@ -142,7 +147,7 @@ def _resolve(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
 
     spark = _session(args)
-    table = str(Path(args.table).resolve())
+    table = normalize(args.table)
     found = pending_transactions(spark, table, args.checkpoint)
     rows = sum(t.row_count or 0 for t in found)
     question = (
@@ -175,7 +180,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     gate = ValidationGate.from_file(args.suite)
     spark = _session(args)
-    table = str(Path(args.table).resolve())
+    table = normalize(args.table)
     results = revalidate_checkpoint(spark, table, args.checkpoint, gate)
     if args.report:
         _write_reports(results, table, args.report)
@@ -225,7 +230,7 @@ def _checkpoint_view(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import create_checkpoint_view
 
     spark = _session(args)
-    table = str(Path(args.table).resolve())
+    table = normalize(args.table)
     name, transactions = create_checkpoint_view(spark, table, args.checkpoint, args.name)
     states = ", ".join(sorted({t.state.value for t in transactions}))
     print(
@@ -269,6 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jars.add_argument(
         "--kafka", action="store_true", help="also Spark's Kafka connector (comma-separated)"
+    )
+    jars.add_argument(
+        "--s3", action="store_true", help="also hadoop-aws, for s3a:// tables (comma-separated)"
+    )
+    jars.add_argument(
+        "--log-store",
+        action="store_true",
+        help="instead, the path of lakesink's S3 log store jar (for spark-submit --jars), "
+        "built with javac on first use",
     )
     jars.set_defaults(func=_jars)
     server = commands.add_parser(

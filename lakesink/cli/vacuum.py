@@ -14,17 +14,17 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError, exit_status
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.ops.vacuum import VacuumReport
@@ -177,12 +177,9 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def _check_local_table(table: str) -> None:
-    # A local path without a Delta log fails now, not after a JVM start; other schemes
-    # (s3a:, abfss:, ...) are left to the library's own check.
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]+:", table) and not table.startswith("file:"):
-        return
-    path = Path(re.sub(r"^file:(//)?", "", table)).resolve()
-    if not (path / "_delta_log").is_dir():
+    # A location without a Delta log fails now, not after a JVM start.
+    path = normalize(table)
+    if not is_delta_table(path):
         raise TableNotFoundError(
             f"no Delta table at {path}: pass the folder of a table written by lakesink"
         )

@@ -13,17 +13,20 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lakesink.core import CheckpointRecord, CheckpointStore, ProcessLock, Quarantined
+from lakesink.core import CheckpointRecord, CheckpointStore, Quarantined
 from lakesink.delta.deltars import append_rows, read_log_rows
 from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
 from lakesink.errors import TableNotFoundError
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.lease import Fence, fence
+from lakesink.storage.location import is_uri, join, normalize
 
 __all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables", "read_history"]
 
 
 def checkpoints_path(state_dir: str) -> str:
     """Where the checkpoint table of a job's ``--state`` folder is."""
-    return str(Path(state_dir).resolve() / "checkpoints")
+    return join(normalize(state_dir), "checkpoints")
 
 
 def read_history(path: str, job_id: str) -> list[CheckpointRecord]:
@@ -71,15 +74,15 @@ class DeltaCheckpointStore(CheckpointStore):
         self, spark: SparkSession, state_dir: str, *, create: bool = True, at: str | None = None
     ) -> None:
         self.spark = spark
-        self.state_dir = Path(state_dir).resolve()
+        self.state_dir = normalize(state_dir)
         self.path = at or checkpoints_path(state_dir)
-        if at is None and old_tables(state_dir)[0].exists() and not Path(self.path).exists():
+        if at is None and _migration_cut_short(state_dir) and not is_delta_table(self.path):
             raise TableNotFoundError(
                 f"{self.state_dir} holds a checkpoint table being migrated; run "
                 f"`lakesink migrate-checkpoints {self.state_dir}` again to finish it"
             )
-        if create:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
+        if create and not is_uri(self.state_dir):  # an object store has no folders to make
+            Path(self.state_dir).mkdir(parents=True, exist_ok=True)
         ensure_log_table(
             spark,
             self.path,
@@ -101,8 +104,13 @@ class DeltaCheckpointStore(CheckpointStore):
         records = self.history(job_id)
         return records[-1] if records else None
 
-    def job_lock(self, job_id: str) -> ProcessLock:
-        return ProcessLock(self.state_dir / f"{job_id}.lock", f"job {job_id!r}")
+    def job_lock(self, job_id: str) -> Fence:
+        return fence(self.state_dir, job_id, f"job {job_id!r}")
+
+
+def _migration_cut_short(state_dir: str) -> bool:
+    # ``lakesink migrate-checkpoints`` runs on local state folders only (it renames them).
+    return not is_uri(state_dir) and old_tables(state_dir)[0].exists()
 
 
 def to_row(record: CheckpointRecord) -> tuple:

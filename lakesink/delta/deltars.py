@@ -35,11 +35,14 @@ from pyspark.sql.types import StructType
 
 from lakesink.delta.format import SinkTable, check_format, sink_table
 from lakesink.errors import TableNotFoundError
+from lakesink.storage.location import is_uri
+from lakesink.storage.options import StorageOptions
 
 __all__ = [
     "PartitionFiles",
     "append_rows",
     "arrow_dataset",
+    "delta_table",
     "file_count",
     "partition_files",
     "read_log_rows",
@@ -58,7 +61,7 @@ def append_rows(path: str, rows: Sequence[tuple]) -> None:
     """
     if not rows:
         return
-    table = DeltaTable(path)
+    table = delta_table(path)
     schema = pa.schema(table.schema().to_arrow())
     columns = list(zip(*rows, strict=True))
     data = pa.Table.from_arrays(
@@ -94,7 +97,7 @@ def arrow_dataset(table: DeltaTable, path: str, **options: Any) -> ds.Dataset:
     that read one aborts when it exits ("terminate called without an active exception",
     deltalake 1.6), whatever it did meanwhile.
     """
-    if "://" not in path:
+    if not is_uri(path):
         options["filesystem"] = fs.SubTreeFileSystem(path, fs.LocalFileSystem())
     return table.to_pyarrow_dataset(**options)
 
@@ -113,9 +116,20 @@ def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkT
     return found, table
 
 
+def delta_table(path: str, *, version: int | None = None) -> DeltaTable:
+    """The delta-rs table at the location ``path`` (as of ``version``), with the storage
+    settings of ``StorageOptions.from_env()``."""
+    storage = StorageOptions.from_env()
+    return DeltaTable(
+        storage.deltars_uri(path),
+        version=version,
+        storage_options=storage.deltars_options(path) or None,
+    )
+
+
 def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
     try:
-        return DeltaTable(path, version=version)
+        return delta_table(path, version=version)
     except DeltaTableNotFoundError:
         raise TableNotFoundError(missing) from None
     except DeltaError as exc:  # delta-rs's error for a version the table lacks
@@ -126,13 +140,13 @@ def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
 
 def transaction_version(path: str, app_id: str) -> int:
     """The last ``txnVersion`` the Delta table at ``path`` recorded for ``app_id``; 0 if none."""
-    return DeltaTable(path).transaction_version(app_id) or 0
+    return delta_table(path).transaction_version(app_id) or 0
 
 
 def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
     """The data files of the Delta table at ``path`` (of one partition, if given)."""
     filters = [(column, "=", value) for column, value in (partition or {}).items()]
-    return len(DeltaTable(path).file_uris(file_pruning_predicate=filters or None))
+    return len(delta_table(path).file_uris(file_pruning_predicate=filters or None))
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,7 @@ def partition_files(path: str, column: str, values: Collection[str]) -> dict[str
     Read from the log (each file's ``numRecords`` statistic), not the data; values with no
     file are left out.
     """
-    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    actions = pa.table(delta_table(path).get_add_actions(flatten=True))
     if f"partition.{column}" not in actions.column_names:  # no file at all
         return {}
     found: dict[str, PartitionFiles] = {}

@@ -12,6 +12,13 @@ Each records ``lakesink.formatVersion``. A table written before the property exi
 format 1. Opening a table of a format this version cannot use fails with
 ``FormatVersionError``, which says what to do.
 
+Sink table format 3 records a journal that sits beside the table (``../_lakesink_journal``,
+the default) relative to the table, as Delta records its own files, so a table moved or
+copied together with its journal (``cp -r``, a bucket sync, local disk to S3) finds its
+own journal; a journal elsewhere is recorded whole. Format 2 recorded every journal
+whole; lakesink reads and writes such tables as they are, and ``lakesink migrate-table``
+records their journal the format-3 way.
+
 Sink table format 2 (format 1 was partitioned by checkpoint and transaction id, with the
 flag an ordinary column):
 
@@ -32,7 +39,6 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
@@ -45,6 +51,8 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
+from lakesink.storage.files import has_files
+from lakesink.storage.location import relative_to_parent, resolve_relative
 
 __all__ = [
     "CHECKPOINTS_FORMAT",
@@ -58,6 +66,7 @@ __all__ = [
     "JOURNAL_PROPERTY",
     "JOURNAL_SCHEMA",
     "LAKESINK_PARTITIONS",
+    "OLDEST_TABLE_FORMAT",
     "PENDING",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
@@ -72,6 +81,7 @@ __all__ = [
     "ensure_log_table",
     "ensure_sink_table",
     "read_sink_table",
+    "recorded_journal",
     "sink_table",
     "user_fields",
 ]
@@ -100,7 +110,9 @@ JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
 
 # Format 2: the masking bit and the pending transaction are the partition columns.
-TABLE_FORMAT = 2
+# Format 3: a journal beside the table is recorded relative to it.
+TABLE_FORMAT = 3
+OLDEST_TABLE_FORMAT = 2  # what this lakesink still opens as it is
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = (
     "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
@@ -169,7 +181,7 @@ def sink_table(
     return SinkTable(
         path=path,
         sink_id=properties[SINK_ID_PROPERTY],
-        journal_path=properties.get(JOURNAL_PROPERTY, ""),
+        journal_path=resolve_relative(path, properties.get(JOURNAL_PROPERTY, "")),
         format_version=version,
         schema=user_fields(schema),
         partition_by=tuple(partitions[len(LAKESINK_PARTITIONS) :]),
@@ -191,7 +203,7 @@ def check_sink_table(
         raise TableNotFoundError(
             f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
         )
-    version = check_format(properties, path, "table", TABLE_FORMAT)
+    version = check_format(properties, path, "table", TABLE_FORMAT, oldest=OLDEST_TABLE_FORMAT)
     missing = [f.name for f in HIDDEN_FIELDS if f.name not in columns]
     if missing:
         raise SchemaMismatchError(
@@ -264,7 +276,7 @@ def ensure_sink_table(
         .addColumns(StructType([*HIDDEN_FIELDS, *schema.fields]))
         .partitionedBy(*LAKESINK_PARTITIONS, *partition_by)
         .property(SINK_ID_PROPERTY, sink_id)
-        .property(JOURNAL_PROPERTY, journal)
+        .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
         .execute()
     )
@@ -395,8 +407,18 @@ def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, 
     return dict(detail["properties"] or {}), tuple(detail["partitionColumns"] or ())
 
 
-def check_format(properties: Mapping[str, str], path: str, what: str, supported: int) -> int:
+def recorded_journal(journal: str, table: str) -> str:
+    """What a table's ``lakesink.journal`` property holds for ``journal``: ``../<name>``
+    for one beside it, else the whole location."""
+    return relative_to_parent(journal, table) or journal
+
+
+def check_format(
+    properties: Mapping[str, str], path: str, what: str, supported: int, *, oldest: int = 0
+) -> int:
     """The table's lakesink format (its properties say), if this lakesink reads it.
+
+    ``oldest`` is the oldest format still read as it is (default: ``supported`` only).
 
     Raises:
         FormatVersionError: Another format; an older one names its migration.
@@ -407,7 +429,7 @@ def check_format(properties: Mapping[str, str], path: str, what: str, supported:
             f"the {what} at {path} has lakesink format {version}, newer than the {supported} "
             "this lakesink reads; upgrade lakesink"
         )
-    if version < supported:
+    if version < (oldest or supported):
         raise FormatVersionError(
             f"the {what} at {path} has lakesink format {version}, older than the {supported} "
             f"this lakesink writes; {_UPGRADES[what]}"
@@ -430,8 +452,7 @@ _UPGRADES = {
 
 
 def _check_empty_folder(path: str, what: str) -> None:
-    folder = Path(path)
-    if folder.exists() and any(folder.iterdir()):
+    if has_files(path):
         raise TableNotFoundError(
             f"{path} exists and holds no Delta table; give {what} an empty or new folder"
         )

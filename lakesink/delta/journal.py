@@ -27,7 +27,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -37,6 +36,9 @@ from pyspark.sql import functions as F
 from lakesink.core import TxnState
 from lakesink.delta.deltars import append_rows, read_log_rows
 from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
+from lakesink.errors import ConfigurationError
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.location import join, normalize, parent, relative_to_parent
 
 __all__ = [
     "JOURNAL_ENV",
@@ -44,6 +46,7 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "TransactionStatus",
+    "check_owner",
     "default_journal_path",
     "fold",
     "fold_events",
@@ -133,20 +136,23 @@ def default_journal_path(table_path: str) -> str:
     """``$LAKESINK_JOURNAL`` if set, else ``_lakesink_journal`` beside the table's folder."""
     configured = os.environ.get(JOURNAL_ENV)
     if configured:
-        return str(Path(configured).resolve())
-    return str(Path(table_path).resolve().parent / "_lakesink_journal")
+        return normalize(configured)
+    return join(parent(normalize(table_path)), "_lakesink_journal")
 
 
 def read_transactions(
-    path: str, sink_id: str, *, writer_id: str | None = None
+    path: str, sink_id: str, *, writer_id: str | None = None, table_path: str | None = None
 ) -> list[TransactionStatus]:
     """The current status of each transaction of a sink, ordered by checkpoint id.
 
-    Read from the journal at ``path`` with delta-rs: no Spark job, no JVM.
+    Read from the journal at ``path`` with delta-rs: no Spark job, no JVM. Given the
+    ``table_path`` of the sink's table, the journal is first checked to be that table's
+    (``check_owner``).
 
     Raises:
         TableNotFoundError: No journal there.
         FormatVersionError: A journal of another format.
+        ConfigurationError: The journal holds the sink's events of another live table.
     """
     equal = {"sink_id": sink_id, **({"writer_id": writer_id} if writer_id else {})}
     rows = read_log_rows(
@@ -156,7 +162,43 @@ def read_transactions(
         missing=f"pass the journal path the sink was written with (or set ${JOURNAL_ENV})",
         **equal,
     )
+    if table_path is not None:
+        check_owner(path, table_path, sink_id, {row["table_path"] for row in rows})
     return fold_events(rows)
+
+
+def check_owner(journal: str, table: str, sink_id: str, tables_in_events: Iterable[str]) -> None:
+    """Refuse a journal whose events of ``sink_id`` belong to another table that still exists.
+
+    A table copied with its journal beside it has the copy of the journal: events of its
+    old location, in another folder, are its own history. A table whose journal lies
+    elsewhere (recorded whole), or one beside another table of the same sink id, would
+    share that journal with the other table: their transactions would mix, and recovery
+    or the vacuum of one would act on the other's.
+
+    Raises:
+        ConfigurationError: Naming both tables and what to do.
+    """
+    beside = relative_to_parent(journal, table) is not None
+    for other in sorted(set(tables_in_events) - {table}):
+        if beside and parent(other) != parent(table):
+            continue  # moved or copied here with the journal: its history
+        if _table_exists(other):
+            raise ConfigurationError(
+                f"the journal {journal} holds sink {sink_id!r}'s transactions of the table at "
+                f"{other}, which still exists, not of the table at {table}: two tables would "
+                "share one journal. If this table is a copy, copy its journal beside it and "
+                "record it there (ALTER TABLE ... SET TBLPROPERTIES ('lakesink.journal' = "
+                "'../_lakesink_journal')), or give the copy its own sink id"
+            )
+
+
+def _table_exists(location: str) -> bool:
+    try:
+        return is_delta_table(location)
+    except Exception as exc:  # another store, unreachable: it cannot be told apart
+        log.warning("cannot tell whether %s still holds a table: %s", location, exc)
+        return False
 
 
 def fold_events(events: Iterable[Mapping[str, Any]]) -> list[TransactionStatus]:
@@ -254,7 +296,7 @@ class Journal:
 
     def __init__(self, spark: SparkSession, path: str, *, create: bool = True) -> None:
         self.spark = spark
-        self.path = str(Path(path).resolve())
+        self.path = normalize(path)
         ensure_log_table(
             spark,
             self.path,
@@ -279,10 +321,11 @@ class Journal:
         return reader.load(self.path)
 
     def transactions(
-        self, sink_id: str, *, writer_id: str | None = None
+        self, sink_id: str, *, writer_id: str | None = None, table_path: str | None = None
     ) -> list[TransactionStatus]:
-        """The current status of each transaction of a sink, ordered by checkpoint id."""
-        return read_transactions(self.path, sink_id, writer_id=writer_id)
+        """The current status of each transaction of a sink, ordered by checkpoint id
+        (``read_transactions``)."""
+        return read_transactions(self.path, sink_id, writer_id=writer_id, table_path=table_path)
 
 
 def _utc(moment: datetime) -> datetime:

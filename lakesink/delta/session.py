@@ -12,6 +12,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
+from lakesink.storage.options import StorageOptions
 
 __all__ = [
     "DELTA_EXTENSION",
@@ -55,6 +56,7 @@ def spark_session(
     metastore_dir: str | None = None,
     metastore_url: str | None = None,
     packages: Sequence[str] = (),
+    storage: StorageOptions | None = None,
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -79,6 +81,14 @@ def spark_session(
             elsewhere see the same views. The Derby client jar is fetched next to the Ivy
             cache if missing. Default: ``$LAKESINK_METASTORE_URL``. An argument wins over
             the other option's environment variable.
+        packages: More Maven coordinates for Spark to fetch (a connector).
+        storage: How to reach object storage (``s3a://`` and ``s3://`` tables): endpoint,
+            region, credentials. Default: ``StorageOptions.from_env()`` (the standard AWS
+            variables) when any of them is set; with neither, the session reaches local
+            and HDFS paths only. Pass ``StorageOptions()`` for AWS's default credential
+            chain (an instance or pod role). Adds ``hadoop-aws`` and lakesink's log store,
+            whose commits on S3 are conditional creates (two writers cannot overwrite
+            each other's commit).
 
     Raises:
         ConfigurationError: ``existing`` has no Delta extension or catalog; or both
@@ -130,14 +140,32 @@ def spark_session(
             .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={folder}")
         )
     conf = dict(conf or {})
+    packages = list(packages)
+    storage = storage or _storage_from_env()
+    if storage is not None:
+        packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+        conf = {**storage.spark_conf(), **conf}
+        jars = [*storage.spark_jars(), *_listed(conf.get("spark.jars"))]
+        conf["spark.jars"] = ",".join(dict.fromkeys(jars))
+        log.info("object storage: %r", storage)  # its repr hides the secrets
     if metastore_url:
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = configure_spark_with_delta_pip(builder, extra_packages=list(packages)).getOrCreate()
+    session = configure_spark_with_delta_pip(builder, extra_packages=packages).getOrCreate()
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session
+
+
+def _storage_from_env() -> StorageOptions | None:
+    """The object-store settings of the AWS environment variables, if any is set."""
+    storage = StorageOptions.from_env()
+    return None if storage == StorageOptions() else storage
+
+
+def _listed(value: str | None) -> list[str]:
+    return [item for item in (value or "").split(",") if item]
 
 
 def _local_defaults(master: str) -> dict[str, str]:

@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -45,7 +44,6 @@ from pyspark.sql.types import StructType
 from lakesink.core import (
     Clock,
     LoggedTransaction,
-    ProcessLock,
     TransactionHolder,
     TransactionLog,
     TransactionTimeout,
@@ -92,6 +90,9 @@ from lakesink.errors import (
     ConfigurationError,
     ProtocolError,
 )
+from lakesink.storage.lease import Fence, fence, fences
+from lakesink.storage.location import name as location_name
+from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.delta.validation import ValidationGate, ValidationReport
@@ -195,8 +196,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         options = _options(options, fields)
         # Every name is checked before anything is written: a name Spark, Delta or a file
         # name cannot take fails here, named, not half-way through creating the table.
-        self.path = check_path(str(Path(path).resolve()))
-        self.sink_id = options.sink_id or Path(self.path).name
+        self.path = check_path(normalize(path))
+        self.sink_id = options.sink_id or location_name(self.path)
         self.writer_id = check_file_name_part(options.writer_id, what="writer id")
         if not self.sink_id:
             raise ConfigurationError("sink_id must not be empty")
@@ -216,7 +217,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     "different names"
                 )
         self.journal_path = check_path(
-            str(Path(options.journal_path or default_journal_path(self.path)).resolve()),
+            normalize(options.journal_path or default_journal_path(self.path)),
             what="journal path",
         )
         self._given_schema = _as_struct(spark, schema)
@@ -229,7 +230,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 check_partition_columns(tuple(options.partition_by), self._given_schema)
         self._step_hook = step_hook
         # Two live processes as one writer would journal each other's transactions as
-        # lingering and abort them. The lock file is hidden from Delta (leading underscore).
+        # lingering and abort them. The lock (a lease on object storage) is hidden from
+        # Delta by its leading underscore.
         self._lock = writer_lock(self.path, self.sink_id, self.writer_id)
         self._progress: dict[str, _Progress] = {}
         self.schema: StructType = self._given_schema or StructType()
@@ -321,7 +323,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         """
         mine: list[LoggedTransaction[DeltaTransaction]] = []
         last_id = 0
-        for status in self.journal.transactions(self.sink_id):
+        for status in self.journal.transactions(self.sink_id, table_path=self.path):
             if status.writer_id != self.writer_id:
                 if status.state not in (TxnState.OPEN, TxnState.ABORTED):
                     last_id = max(last_id, status.checkpoint_id)
@@ -408,6 +410,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 report = self.validation.validate(self.pending_rows(transaction))
             state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
+        self._lock.check()  # a writer that lost its lease leaves recovery to the new holder
         self.journal.record(
             self._entry(
                 transaction,
@@ -431,6 +434,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         progress = self._progress.get(transaction.txn_id)
         rows = progress.rows if progress else None
         self._step("before_flip", transaction)
+        self._lock.check()
         flipped = self._flip(transaction, rows) if rows != 0 else 0
         self._step("after_flip", transaction)
         try:
@@ -586,19 +590,16 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._step_hook(name, transaction.checkpoint_id)
 
 
-def writer_locks(path: str) -> list[ProcessLock]:
-    """A lock for every writer of the table at ``path`` that ever ran (held or not)."""
-    return [
-        ProcessLock(lock, f"writer {lock.stem.removeprefix(_WRITER_LOCK_PREFIX)!r} of {path}")
-        for lock in sorted(Path(path).glob(f"{_WRITER_LOCK_PREFIX}*.lock"))
-    ]
+def writer_locks(path: str) -> list[Fence]:
+    """A lock or lease for every writer of the table at ``path`` that ever ran (held or not)."""
+    return fences(path, _WRITER_LOCK_PREFIX, lambda writer: f"writer {writer!r} of {path}")
 
 
-def writer_lock(path: str, sink_id: str, writer_id: str) -> ProcessLock:
-    """The lock a live writer of the table at ``path`` holds (hidden from Delta by its ``_``)."""
-    return ProcessLock(
-        Path(path) / f"{_WRITER_LOCK_PREFIX}{writer_id}.lock",
-        f"writer {writer_id!r} of sink {sink_id!r}",
+def writer_lock(path: str, sink_id: str, writer_id: str) -> Fence:
+    """What a live writer of the table at ``path`` holds: a lock file, or a lease on object
+    storage (hidden from Delta by its ``_``)."""
+    return fence(
+        path, f"{_WRITER_LOCK_PREFIX}{writer_id}", f"writer {writer_id!r} of sink {sink_id!r}"
     )
 
 

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -40,6 +39,7 @@ from lakesink.core import TxnState
 from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
 from lakesink.delta.journal import Journal, fold
 from lakesink.errors import AuditFailedError, LakesinkError
+from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     import pandas
@@ -346,8 +346,10 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     """
     from delta.tables import DeltaTable
 
+    table_path = normalize(table_path)
     sink_table = read_sink_table(spark, table_path)
     journal = Journal(spark, sink_table.journal_path, create=False)
+    journal.transactions(sink_table.sink_id, table_path=table_path)  # the table's own journal
     table = DeltaTable.forPath(spark, table_path)
     journal_table = DeltaTable.forPath(spark, journal.path)
 
@@ -359,7 +361,7 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
         table_version = latest(table)
         if latest(journal_table) == before:
             return AuditSnapshot(
-                table_path=str(Path(table_path).resolve()),
+                table_path=table_path,
                 sink_id=sink_table.sink_id,
                 journal_path=journal.path,
                 table_version=table_version,

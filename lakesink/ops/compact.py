@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -29,6 +28,7 @@ from lakesink.delta.deltars import file_count
 from lakesink.delta.format import COMMITTED_FILTER, VISIBLE, commit_metadata
 from lakesink.delta.spark import labelled, session_commit_metadata
 from lakesink.delta.sql import delta_path
+from lakesink.storage.files import is_delta_table
 
 __all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
 
@@ -76,7 +76,7 @@ def plan_compaction(
             files_before=file_count(table_path, {VISIBLE: "true"}),
         )
     ]
-    if journal_path and (Path(journal_path) / "_delta_log").is_dir():
+    if journal_path and is_delta_table(journal_path):
         parts.append(
             Compaction(path=journal_path, what="journal", files_before=file_count(journal_path))
         )

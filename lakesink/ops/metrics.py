@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from lakesink.core import TxnState
 from lakesink.errors import ConfigurationError, MetricsExportError
 from lakesink.ops.status import SinkStatus, sink_status
+from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.ops.vacuum import VacuumReport
@@ -81,7 +82,7 @@ class JournalCollector(Collector):
         *,
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
-        self._paths = [str(Path(p).resolve()) for p in paths]
+        self._paths = [normalize(p) for p in paths]
         self._clock = clock
 
     def collect(self) -> Iterator[Metric]:

@@ -18,10 +18,12 @@ when run again, and never a state folder without its records:
 
 **Sink table.** Format 1 partitioned it by checkpoint and transaction id, the masking bit an
 ordinary column; format 2 by the masking bit and the pending transaction (readers skip masked
-files, committed rows share a partition). ``migrate_table`` rewrites every row in place in
-one Delta commit, each keeping its hidden columns (so every transaction's state), then
-records format 2 in the table's properties. Cut short between the two, it finishes when run
-again. It holds every writer lock of the table meanwhile: a running writer refuses it.
+files, committed rows share a partition). ``migrate_table`` rewrites every row of a format-1
+table in place in one Delta commit, each keeping its hidden columns (so every transaction's
+state), then records the current format in the table's properties. Cut short between the
+two, it finishes when run again. Format 3 only records a journal beside the table relative
+to it: a format-2 table needs the properties alone. It holds every writer lock of the table
+meanwhile: a running writer refuses it.
 """
 
 from __future__ import annotations
@@ -41,17 +43,22 @@ from lakesink.delta.format import (
     CHECKPOINTS_FORMAT,
     FORMAT_PROPERTY,
     HIDDEN_FIELDS,
+    JOURNAL_PROPERTY,
     LAKESINK_PARTITIONS,
+    OLDEST_TABLE_FORMAT,
     PENDING,
     SINK_ID_PROPERTY,
     TABLE_FORMAT,
     TXN_ID,
     VISIBLE,
     commit_metadata,
+    recorded_journal,
 )
 from lakesink.delta.sink import writer_locks
 from lakesink.delta.sql import delta_path, quote_identifier, string_literal
 from lakesink.errors import AlreadyRunningError, TableNotFoundError
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.location import normalize, resolve_relative
 
 __all__ = [
     "MigrationPlan",
@@ -144,7 +151,9 @@ class TableMigrationPlan:
     """What ``migrate_table`` does (or did) to one sink table."""
 
     path: str
-    step: str  # "nothing", "migrate" (rewrite, then format) or "finish" (the format only)
+    # "nothing", "migrate" (rewrite, then properties), "record" (format 2: the properties
+    # only) or "finish" (the properties of a rewrite cut short)
+    step: str
     version: int  # the table's format before
     rows: int
     dry_run: bool = False
@@ -155,6 +164,10 @@ class TableMigrationPlan:
             "migrate": (
                 f"{self.path}: {self.rows} row(s) rewritten from format {self.version} to "
                 f"{TABLE_FORMAT} (partitioned by {', '.join(LAKESINK_PARTITIONS)})"
+            ),
+            "record": (
+                f"{self.path}: format {TABLE_FORMAT} recorded (a journal beside the table is "
+                "recorded relative to it); no row rewritten"
             ),
             "finish": f"{self.path}: finished a migration that was cut short",
         }[self.step]
@@ -167,8 +180,8 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     Raises:
         TableNotFoundError: No lakesink table there.
     """
-    path = str(Path(path).resolve())
-    if not (Path(path) / "_delta_log").is_dir():
+    path = normalize(path)
+    if not is_delta_table(path):
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
     detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
     properties = detail["properties"] or {}
@@ -177,6 +190,8 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     version = int(properties.get(FORMAT_PROPERTY, "1"))
     if version >= TABLE_FORMAT:
         return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
+    if version >= OLDEST_TABLE_FORMAT:
+        return TableMigrationPlan(path=path, step="record", version=version, rows=0)
     if tuple(detail["partitionColumns"]) == LAKESINK_PARTITIONS:
         return TableMigrationPlan(path=path, step="finish", version=version, rows=0)
     rows = spark.read.format("delta").load(path).count()
@@ -197,7 +212,7 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
     for lock in locks:  # also a writer in this process, whose lock acquire() would take over
         if lock.is_held():
             raise AlreadyRunningError(
-                f"{lock.what} is running (lock {lock.path}); stop it, then migrate the table"
+                f"{lock.what} is running ({lock.path}); stop it, then migrate the table"
             )
     taken = []
     try:
@@ -206,10 +221,16 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
             taken.append(lock)
         if plan.step == "migrate":
             _rewrite(spark, plan)
-        spark.sql(
-            f"ALTER TABLE {delta_path(plan.path)} SET TBLPROPERTIES "
-            f"({string_literal(FORMAT_PROPERTY)} = {string_literal(str(TABLE_FORMAT))})"
+        properties = {FORMAT_PROPERTY: str(TABLE_FORMAT)}
+        journal = _properties(spark, plan.path).get(JOURNAL_PROPERTY)
+        if journal:  # recorded whole before format 3
+            properties[JOURNAL_PROPERTY] = recorded_journal(
+                resolve_relative(plan.path, journal), plan.path
+            )
+        settings = ", ".join(
+            f"{string_literal(k)} = {string_literal(v)}" for k, v in properties.items()
         )
+        spark.sql(f"ALTER TABLE {delta_path(plan.path)} SET TBLPROPERTIES ({settings})")
         log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
     finally:
         for lock in taken:
@@ -224,9 +245,7 @@ def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
     user = [quote_identifier(c) for c in table.columns if c not in hidden]
     pending = f"CASE WHEN {VISIBLE} THEN NULL ELSE {TXN_ID} END AS {PENDING}"
     columns = [f.name if f.name != PENDING else pending for f in HIDDEN_FIELDS]
-    sink_id = (spark.sql(f"DESCRIBE DETAIL {delta_path(plan.path)}").first()["properties"])[
-        SINK_ID_PROPERTY
-    ]
+    sink_id = _properties(spark, plan.path)[SINK_ID_PROPERTY]
     (
         table.selectExpr(*columns, *user)
         .write.format("delta")
@@ -237,3 +256,7 @@ def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
         .save(plan.path)
     )
     log.info("rewrote %d row(s) of %s", plan.rows, plan.path)
+
+
+def _properties(spark: SparkSession, path: str) -> dict[str, str]:
+    return dict(spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {})

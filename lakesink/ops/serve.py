@@ -24,9 +24,9 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from lakesink.errors import ConfigurationError
+from lakesink.storage.location import normalize
 
 __all__ = ["ServeOptions", "delta_class_path", "serve"]
 
@@ -123,7 +123,7 @@ def serve(options: ServeOptions, *, ready: Callable[[str], None] = print) -> Non
     server = None
     try:
         for path in options.tables:
-            table = read_sink_table(spark, str(Path(path).resolve()))
+            table = read_sink_table(spark, normalize(path))
             create_committed_view(spark, table.path, table.sink_id, table.schema.fieldNames())
             log.info("view %s: the committed rows of %s", table.sink_id, table.path)
         stop = _stop_on_signals()

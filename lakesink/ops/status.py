@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from lakesink.core import TxnState
 from lakesink.delta.checkpoints import checkpoints_path, read_history
 from lakesink.delta.deltars import read_sink_table_log
 from lakesink.delta.journal import TransactionStatus, read_transactions
+from lakesink.storage.location import normalize
 
 __all__ = ["SinkStatus", "job_status", "sink_status"]
 
@@ -65,8 +65,9 @@ class SinkStatus:
 
 def sink_status(path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
+    path = normalize(path)
     table, _ = read_sink_table_log(path)
-    transactions = read_transactions(table.journal_path, table.sink_id)
+    transactions = read_transactions(table.journal_path, table.sink_id, table_path=path)
     return SinkStatus(
         sink_id=table.sink_id,
         table_path=path,
@@ -87,7 +88,7 @@ def job_status(state_dir: str, job_id: str) -> dict:
     records = read_history(checkpoints_path(state_dir), job_id)
     return {
         "job_id": job_id,
-        "state": str(Path(state_dir).resolve()),
+        "state": normalize(state_dir),
         "last_completed_checkpoint": records[-1].checkpoint_id if records else None,
         "quarantined": [
             {"checkpoint_id": r.checkpoint_id, "item": q.item, "reason": q.reason}

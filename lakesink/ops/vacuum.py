@@ -37,7 +37,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -60,6 +59,7 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
 from lakesink.ops.compact import compact as run_compaction
+from lakesink.storage.location import normalize
 
 __all__ = [
     "VacuumPlan",
@@ -254,10 +254,10 @@ def plan_vacuum(
             ``allow_short_retention``, a non-positive expiry, or a sink id or journal
             that is not the table's.
     """
-    path = str(Path(table_path).resolve())
+    path = normalize(table_path)
     table = read_sink_table(spark, path)
     sink_id = _matching(sink_id, table.sink_id, "sink id", path)
-    given_journal = str(Path(journal_path).resolve()) if journal_path else None
+    given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
     hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
     if expire_open_after <= timedelta(0):
@@ -269,7 +269,7 @@ def plan_vacuum(
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     prefix = f"vacuum {path}"
 
-    statuses = journal.transactions(sink_id)
+    statuses = journal.transactions(sink_id, table_path=path)
     aborted = [s for s in statuses if s.state is TxnState.ABORTED]
     expired, live = [], []
     for s in statuses:

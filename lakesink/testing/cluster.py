@@ -36,6 +36,7 @@ from pathlib import Path
 
 from lakesink.errors import ConfigurationError
 from lakesink.ops.jvm import listening, tail
+from lakesink.storage.options import StorageOptions
 
 __all__ = [
     "DEFAULT_PORT",
@@ -183,20 +184,31 @@ def submit_command(
     arguments: Sequence[str] = (),
     *,
     conf: Mapping[str, str] | None = None,
+    storage: StorageOptions | None = None,
 ) -> list[str]:
     """The ``spark-submit`` command line that runs a lakesink job on a cluster.
 
     It is the one the README's "Running on a cluster" section gives: the Delta jar by its
-    Maven coordinate (``lakesink jars``) and the two Delta settings, then ``conf``.
+    Maven coordinate (``lakesink jars``) and the two Delta settings, then ``conf``. With
+    ``storage`` (tables on S3), also ``hadoop-aws`` (``lakesink jars --s3``), lakesink's log
+    store jar (``lakesink jars --log-store``) and the S3A settings, credentials included:
+    fine for the local test server; on a real cluster keep keys out of command lines (a
+    role, or ``spark-defaults.conf``), as the README says.
     """
     from lakesink.delta.session import delta_maven_coordinate
 
+    packages, jars, settings = [delta_maven_coordinate()], [], dict(DELTA_SUBMIT_CONF)
+    if storage is not None:
+        packages += storage.spark_packages()
+        jars += storage.spark_jars()
+        settings |= storage.spark_conf()
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master", master_url,
-        "--packages", delta_maven_coordinate(),
+        "--packages", ",".join(packages),
+        *(["--jars", ",".join(jars)] if jars else []),
     ]  # fmt: skip
-    for key, value in {**DELTA_SUBMIT_CONF, **(conf or {})}.items():
+    for key, value in {**settings, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, application, *arguments]
 
