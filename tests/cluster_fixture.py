@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from lakesink.storage.options import StorageOptions
 from lakesink.testing.cluster import (
     LocalCluster,
     executor_pids,
@@ -225,6 +226,7 @@ def submit_ingest(
     conf: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
     name: str = "ingest",
+    storage: StorageOptions | None = None,
 ) -> SubmittedJob:
     """Start the ingest job on the cluster, as the README says, with an event log and UI."""
     events, markers = work / f"{name}-events", work / f"{name}-markers"
@@ -242,7 +244,9 @@ def submit_ingest(
     ivy = os.environ.get("LAKESINK_IVY_DIR")
     if ivy:  # the jars cached by `make`; without it, spark-submit fetches them itself
         settings["spark.jars.ivy"] = ivy
-    command = submit_command(cluster.master_url, str(JOBS / "ingest.py"), arguments, conf=settings)
+    command = submit_command(
+        cluster.master_url, str(JOBS / "ingest.py"), arguments, conf=settings, storage=storage
+    )
     environment = {
         **{k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"},
         "PYSPARK_PYTHON": sys.executable,  # the driver's and the executors' Python

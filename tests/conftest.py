@@ -37,8 +37,14 @@ TEST_SPARK_CONF = {
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def spark(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[object]:
+    """The session every Spark test shares; it reaches the test S3 server too (the
+    ``s3_server`` fixture sets the ``AWS_*`` variables it reads)."""
     from lakesink.delta.session import KAFKA_CONNECTOR, spark_session
+
+    request.getfixturevalue("s3_server")
 
     warehouse = tmp_path_factory.mktemp("warehouse")
     session = spark_session(
@@ -102,4 +108,19 @@ def pytest_configure(config: pytest.Config) -> None:
 # and the summary lines with the figures those tests record.
 from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401
 from kafka_fixture import kafka_broker  # noqa: E402, F401
+from s3_fixture import STORES, s3_server  # noqa: E402, F401
 from tools_fixture import push_gateway  # noqa: E402, F401
+
+
+@pytest.fixture(params=STORES)
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh folder for a test's tables and state: on local disk, then on the S3 server.
+
+    The storage-independent guarantees take it, so each holds on both stores.
+    """
+    if request.param == "local":
+        return str(tmp_path / "lake")
+    from s3_fixture import s3_uri
+
+    request.getfixturevalue("s3_server")
+    return s3_uri("lake")

@@ -34,6 +34,7 @@ from cluster_fixture import (
     stage_is,
     submit_ingest,
 )
+from s3_fixture import STORES, s3_uri
 from test_ingest_crash import generate
 
 from lakesink import committed
@@ -41,6 +42,8 @@ from lakesink.core import TxnState
 from lakesink.delta.format import TXN_ID, VISIBLE
 from lakesink.delta.journal import Journal
 from lakesink.delta.session import delta_maven_coordinate
+from lakesink.storage.location import join
+from lakesink.storage.options import StorageOptions
 from lakesink.streaming import recorded_batch
 from lakesink.testing.cluster import LocalCluster, submit_command
 
@@ -63,29 +66,30 @@ SPECULATION = {
 }
 
 
-def ingest_arguments(work: Path) -> list[str]:
+def ingest_arguments(work: Path, lake: str) -> list[str]:
+    """The job over ``work``'s landing folder, its tables and state in ``lake``."""
     return [
         "--landing", str(work / "landing"),
-        "--table", str(work / "orders"),
-        "--totals-table", str(work / "totals"),
-        "--state", str(work / "state"),
+        "--table", join(lake, "orders"),
+        "--totals-table", join(lake, "totals"),
+        "--state", join(lake, "state"),
         "--files-per-checkpoint", "2",
     ]  # fmt: skip
 
 
-def assert_every_order_once(spark, work: Path, orders: int = ORDERS) -> None:
+def assert_every_order_once(spark, lake: str, orders: int = ORDERS) -> None:
     """Every order committed once, both sinks, and the journal's row counts are the rows."""
-    ids = Counter(r.order_id for r in committed(spark, str(work / "orders")).collect())
+    ids = Counter(r.order_id for r in committed(spark, join(lake, "orders")).collect())
     assert set(ids) == set(range(1, orders + 1)), f"{orders - len(ids)} orders lost"
     duplicated = {i: n for i, n in ids.items() if n > 1}
     assert not duplicated, f"orders committed more than once: {list(duplicated.items())[:10]}"
-    totals = committed(spark, str(work / "totals")).groupBy().sum("orders").first()[0]
+    totals = committed(spark, join(lake, "totals")).groupBy().sum("orders").first()[0]
     assert totals == orders  # the second sink of the same checkpoints, also exactly once
     visible = Counter(
         r[TXN_ID]
-        for r in spark.read.format("delta").load(str(work / "orders")).where(VISIBLE).collect()
+        for r in spark.read.format("delta").load(join(lake, "orders")).where(VISIBLE).collect()
     )
-    journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
+    journal = Journal(spark, join(lake, "_lakesink_journal"), create=False)
     journaled = {
         t.txn_id: t.row_count
         for t in journal.transactions("orders")
@@ -138,7 +142,7 @@ def test_readme_runs_the_cluster_the_way_the_tests_do():
 class FaultedRun:
     """One job run on the cluster with three faults, then its restart."""
 
-    work: Path
+    lake: str  # where its tables and state are: local disk, or the S3 server
     job: SubmittedJob
     worker_victim: dict  # its whole worker JVM killed during batch 1's append
     merge_victim: dict  # killed alone during batch 2's commit MERGE
@@ -147,15 +151,21 @@ class FaultedRun:
     restarted: SubmittedJob
 
 
-@pytest.fixture(scope="module")
-def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> FaultedRun:
+@pytest.fixture(scope="module", params=STORES)
+def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -> FaultedRun:
+    """The faulted job with its tables and checkpoint location on local disk, then on the
+    S3 server: a cluster of several machines shares no local disk."""
     work = tmp_path_factory.mktemp("faulted")
     generate(work, ORDERS, FILES)
+    on_s3 = request.param == "s3"
+    lake = s3_uri("faulted") if on_s3 else str(work)
+    storage = StorageOptions.from_env() if on_s3 else None
     job = submit_ingest(
         spark_cluster,
         work,
-        *ingest_arguments(work),
+        *ingest_arguments(work, lake),
         conf=SPECULATION,
+        storage=storage,
         env={"LAKESINK_HOLD_AT": "before_append@1,after_record@2,after_flip@2"},
     )
     try:
@@ -184,18 +194,20 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
         raise
     finally:
         spark_cluster.revive()
-    last = recorded_batch(spark, str(work / "state" / "ingest"))
-    journal = Journal(spark, str(work / "_lakesink_journal"), create=False)
+    last = recorded_batch(spark, join(lake, "state", "ingest"))
+    journal = Journal(spark, join(lake, "_lakesink_journal"), create=False)
     states = {
         sink: t.state
         for sink in ("orders", "totals")
         for t in journal.transactions(sink)
         if t.checkpoint_id == 2
     }
-    restarted = submit_ingest(spark_cluster, work, *ingest_arguments(work), name="restarted")
+    restarted = submit_ingest(
+        spark_cluster, work, *ingest_arguments(work, lake), name="restarted", storage=storage
+    )
     assert restarted.wait() == 0, restarted.tail()
     return FaultedRun(
-        work=work,
+        lake=lake,
         job=job,
         worker_victim=worker_victim,
         merge_victim=merge_victim,
@@ -209,7 +221,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory) -> Faulted
 def test_speculative_copies_on_both_workers_duplicate_no_order(
     spark, faulted_run: FaultedRun, record_property
 ):
-    assert_every_order_once(spark, faulted_run.work)
+    assert_every_order_once(spark, faulted_run.lake)
     events = faulted_run.job.event_log()
     hosts = {
         e["Executor Info"]["Host"] for e in events if e["Event"] == "SparkListenerExecutorAdded"
@@ -236,14 +248,14 @@ def test_speculative_copies_on_both_workers_duplicate_no_order(
 
 @pytest.mark.slow
 def test_worker_killed_during_the_pre_commit_write(spark, faulted_run: FaultedRun):
-    assert_every_order_once(spark, faulted_run.work)
+    assert_every_order_once(spark, faulted_run.lake)
     lost = assert_lost_task_retried(faulted_run.job.event_log(), "save at")
     assert lost["Task End Reason"]["Executor ID"] == faulted_run.worker_victim["id"]
 
 
 @pytest.mark.slow
 def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun):
-    assert_every_order_once(spark, faulted_run.work)
+    assert_every_order_once(spark, faulted_run.lake)
     lost = assert_lost_task_retried(faulted_run.job.event_log(), "Writing modified data - MERGE")
     assert lost["Task End Reason"]["Executor ID"] == faulted_run.merge_victim["id"]
 
@@ -258,4 +270,4 @@ def test_driver_killed_during_the_commit_merge_then_restarted(spark, faulted_run
     assert faulted_run.states_at_kill["totals"] is not TxnState.COMMITTED
     # The restart finished that commit: every order once.
     assert faulted_run.restarted.process.returncode == 0
-    assert_every_order_once(spark, faulted_run.work)
+    assert_every_order_once(spark, faulted_run.lake)

@@ -33,11 +33,13 @@ from pathlib import Path
 
 import pytest
 from kafka_fixture import produce
+from s3_fixture import STORES, s3_uri
 
 from lakesink import committed
 from lakesink.core import TxnState
 from lakesink.delta.journal import Journal
 from lakesink.delta.readers import committed_stream
+from lakesink.storage.location import join
 from lakesink.streaming import recorded_batch
 
 pytestmark = pytest.mark.slow
@@ -59,10 +61,13 @@ RECORDED = [0, 1, 2]
 ABORTED = [1]  # the first attempt of batch 1, in both sinks
 
 
-def ingest_command(tmp_path: Path, *extra: str, source: tuple[str, ...] = ()) -> list[str]:
+def ingest_command(
+    tmp_path: Path, *extra: str, source: tuple[str, ...] = (), lake: str | None = None
+) -> list[str]:
     """The ingest job over ``tmp_path``'s landing folder, two sinks; or over ``source``,
-    the orders sink alone."""
-    totals = () if source else ("--totals-table", str(tmp_path / "totals"))
+    the orders sink alone. Its tables and state are in ``lake`` (default ``tmp_path``)."""
+    lake = lake or str(tmp_path)
+    totals = () if source else ("--totals-table", join(lake, "totals"))
     return [
         sys.executable,
         str(JOBS / "ingest.py"),
@@ -70,10 +75,10 @@ def ingest_command(tmp_path: Path, *extra: str, source: tuple[str, ...] = ()) ->
         "local[2]",
         *(source or ("--landing", str(tmp_path / "landing"))),
         "--table",
-        str(tmp_path / "orders"),
+        join(lake, "orders"),
         *totals,
         "--state",
-        str(tmp_path / "state"),
+        join(lake, "state"),
         "--files-per-checkpoint",
         "2",
         *extra,
@@ -81,12 +86,16 @@ def ingest_command(tmp_path: Path, *extra: str, source: tuple[str, ...] = ()) ->
 
 
 def ingest(
-    tmp_path: Path, crash_at: str | None = None, *extra: str, source: tuple[str, ...] = ()
+    tmp_path: Path,
+    crash_at: str | None = None,
+    *extra: str,
+    source: tuple[str, ...] = (),
+    lake: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"}
     if crash_at:
         env["LAKESINK_CRASH_AT"] = crash_at
-    command = ingest_command(tmp_path, *extra, source=source)
+    command = ingest_command(tmp_path, *extra, source=source, lake=lake)
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
 
 
@@ -120,7 +129,8 @@ class Kill:
 
 @dataclass(frozen=True)
 class Chain:
-    work: Path
+    work: Path  # the landing folder's, on local disk
+    lake: str  # the tables' and the state's: local, or on the S3 server
     kills: dict[str, Kill]
     last_run: subprocess.CompletedProcess[str]
     committed_ids: Counter[int]
@@ -128,15 +138,15 @@ class Chain:
     downstream_ids: Counter[int]
 
 
-def committed_ids(spark, tmp_path: Path) -> Counter[int]:
-    return Counter(r.order_id for r in committed(spark, str(tmp_path / "orders")).collect())
+def committed_ids(spark, lake: str) -> Counter[int]:
+    return Counter(r.order_id for r in committed(spark, join(lake, "orders")).collect())
 
 
-def downstream(spark, tmp_path: Path) -> Counter[int]:
+def downstream(spark, tmp_path: Path, lake: str) -> Counter[int]:
     """Run the downstream query over what the orders table holds now; return its table's ids."""
     silver = tmp_path / "silver"
     query = (
-        committed_stream(spark, str(tmp_path / "orders"))
+        committed_stream(spark, join(lake, "orders"))
         .writeStream.format("delta")
         .option("checkpointLocation", str(tmp_path / "silver-checkpoint"))
         .trigger(availableNow=True)
@@ -147,39 +157,51 @@ def downstream(spark, tmp_path: Path) -> Counter[int]:
     return Counter(r.order_id for r in spark.read.format("delta").load(str(silver)).collect())
 
 
-def run_chain(spark, tmp_path: Path, points, source: tuple[str, ...] = (), *extra: str) -> Chain:
+def run_chain(
+    spark, tmp_path: Path, points, source: tuple[str, ...] = (), *extra: str, lake: str = ""
+) -> Chain:
     """Run the job once per crash point, each run killed there, then once to the end; the
-    downstream query after each run."""
+    downstream query after each run. Tables and state go to ``lake`` (default ``tmp_path``)."""
+    lake = lake or str(tmp_path)
     kills = {}
     for point in points:
-        run = ingest(tmp_path, point, *extra, source=source)
+        run = ingest(tmp_path, point, *extra, source=source, lake=lake)
         kills[point] = Kill(
             point=point,
             run=run,
-            committed_ids=committed_ids(spark, tmp_path),
-            downstream_ids=downstream(spark, tmp_path),
+            committed_ids=committed_ids(spark, lake),
+            downstream_ids=downstream(spark, tmp_path, lake),
         )
-    last_run = ingest(tmp_path, None, *extra, source=source)
+    last_run = ingest(tmp_path, None, *extra, source=source, lake=lake)
     totals = None
-    if (tmp_path / "totals").exists():
-        totals = committed(spark, str(tmp_path / "totals")).groupBy().sum("orders").first()[0]
+    if not source:
+        totals = committed(spark, join(lake, "totals")).groupBy().sum("orders").first()[0]
     return Chain(
         work=tmp_path,
+        lake=lake,
         kills=kills,
         last_run=last_run,
-        committed_ids=committed_ids(spark, tmp_path),
+        committed_ids=committed_ids(spark, lake),
         committed_totals=totals,
-        downstream_ids=downstream(spark, tmp_path),
+        downstream_ids=downstream(spark, tmp_path, lake),
     )
 
 
-# Session scope with one xdist group: the chain runs once even if xdist interleaves other
-# modules' tests on this worker.
-@pytest.fixture(scope="session")
-def chain(spark, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+# Session scope, one xdist group per store: each chain runs once even if xdist interleaves
+# other modules' tests on its worker, and the two chains run on two workers.
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param(store, marks=pytest.mark.xdist_group(f"ingest_crash_{store}"))
+        for store in STORES
+    ],
+)
+def chain(spark, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Chain:
+    """The chain with its tables and state on local disk, then on the S3 server."""
     tmp_path = tmp_path_factory.mktemp("ingest-crash")
     generate(tmp_path)
-    return run_chain(spark, tmp_path, CRASH_POINTS)
+    lake = s3_uri("ingest-crash") if request.param == "s3" else str(tmp_path)
+    return run_chain(spark, tmp_path, CRASH_POINTS, lake=lake)
 
 
 @pytest.fixture(scope="session")
@@ -223,7 +245,6 @@ def assert_every_order_once(chain: Chain) -> None:
     assert max(chain.committed_ids.values()) == 1, "an order was committed twice"
 
 
-@pytest.mark.xdist_group("ingest_crash")
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point: str) -> None:
     assert_killed_leaving_whole_batches(chain.kills[point], CRASH_POINTS[point])
@@ -231,13 +252,12 @@ def test_killed_ingest_restarts_and_commits_every_order_once(chain: Chain, point
     assert chain.committed_totals == ORDERS  # the second sink of the same batches
 
 
-@pytest.mark.xdist_group("ingest_crash")
 def test_a_downstream_stream_gets_every_committed_order_exactly_once(spark, chain: Chain) -> None:
     # After each kill, pending rows (a pre-committed batch 1), aborted ones (its first
     # attempt) and a half-done recovery were in the table: the stream took none of them.
     for kill in chain.kills.values():
         assert kill.downstream_ids == kill.committed_ids, kill.point
-    raw = spark.read.format("delta").load(str(chain.work / "orders"))
+    raw = spark.read.format("delta").load(join(chain.lake, "orders"))
     assert raw.where("NOT _lakesink_visible").count() > 0  # masked rows were there to skip
     assert chain.downstream_ids == chain.committed_ids
     assert set(chain.downstream_ids) == set(range(1, ORDERS + 1))
@@ -252,26 +272,25 @@ def test_a_killed_kafka_query_replays_its_batch_and_commits_every_record_once(
     assert_every_order_once(kafka_chain)
 
 
-@pytest.mark.xdist_group("ingest_crash")
 def test_the_commit_log_the_status_and_the_journals_name_the_same_checkpoint_ids(
     spark, chain: Chain, capsys
 ) -> None:
     from lakesink.cli import main
 
     # Spark's commit log is the checkpoint record: its batch ids are the checkpoint ids.
-    assert recorded_batch(spark, str(chain.work / "state" / "ingest")) == RECORDED[-1]
+    assert recorded_batch(spark, join(chain.lake, "state", "ingest")) == RECORDED[-1]
     printed = [
         line.split(":")[0] for r in [*chain.kills.values()] for line in r.run.stdout.splitlines()
     ]
     assert {p for p in printed if p.startswith("batch ")} <= {f"batch {i}" for i in RECORDED}
 
     for sink in ("orders", "totals"):
-        assert main(["status", str(chain.work / sink), "--json"]) == 0
+        assert main(["status", join(chain.lake, sink), "--json"]) == 0
         (status,) = json.loads(capsys.readouterr().out)["sinks"]
         assert status["last_committed_checkpoint"] == RECORDED[-1]
         assert status["pending"] == [] and status["held"] == []
         assert sorted({t["checkpoint_id"] for t in status["aborted"]}) == ABORTED
-        journal = Journal(spark, str(chain.work / "_lakesink_journal"), create=False)
+        journal = Journal(spark, join(chain.lake, "_lakesink_journal"), create=False)
         committed_ids = [
             t.checkpoint_id for t in journal.transactions(sink) if t.state is TxnState.COMMITTED
         ]

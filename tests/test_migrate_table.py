@@ -25,6 +25,7 @@ from lakesink.delta.format import (
     FORMAT_PROPERTY,
     LAKESINK_PARTITIONS,
     PENDING,
+    TABLE_FORMAT,
     TXN_ID,
     VISIBLE,
 )
@@ -82,10 +83,10 @@ def test_a_format_1_table_is_refused_then_migrated_in_place_and_its_writer_recov
     assert list(detail(spark, table)["partitionColumns"]) == [CHECKPOINT_ID, TXN_ID]
 
     assert main(["migrate-table", str(table)]) == 0
-    assert "3 row(s) rewritten from format 1 to 2" in capsys.readouterr().out
+    assert f"3 row(s) rewritten from format 1 to {TABLE_FORMAT}" in capsys.readouterr().out
     assert rows(spark, table) == before
     assert tuple(detail(spark, table)["partitionColumns"]) == LAKESINK_PARTITIONS
-    assert detail(spark, table)["properties"][FORMAT_PROPERTY] == "2"
+    assert detail(spark, table)["properties"][FORMAT_PROPERTY] == str(TABLE_FORMAT)
     migrated = spark.read.format("delta").load(str(table))
     pending = {
         (r[VISIBLE], r[PENDING] == r[TXN_ID], r[PENDING] is None) for r in migrated.collect()

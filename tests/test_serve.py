@@ -2,9 +2,10 @@
 
 beeline (from the pyspark installation) and a Python DB-API client (PyHive) query the
 committed view by name while a writer in this process is between pre-commit and commit:
-they see the committed rows only, then the new ones once it commits. The raw table has no
-name. SIGTERM stops the server: it exits 0 and leaves no JVM behind (its processes are
-looked up before, and checked gone after).
+they see the committed rows only, then the new ones once it commits; with the table on
+local disk and on the S3 server. The raw table has no name. SIGTERM stops the server: it
+exits 0 and leaves no JVM behind (its processes are looked up before, and checked gone
+after).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from pyhive import hive
 
 from lakesink.delta.sink import DeltaSink
+from lakesink.storage.location import join
 
 pytestmark = pytest.mark.slow
 
@@ -108,15 +110,15 @@ def beeline(url: str, query: str) -> list[str]:
     return [re.sub(r"^\d+: jdbc:\S*> ?", "", line) for line in done.stdout.splitlines() if line]
 
 
-def test_sql_clients_see_only_committed_rows_during_a_live_checkpoint(spark, tmp_path):
-    table = tmp_path / "orders"
-    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_serve")
+def test_sql_clients_see_only_committed_rows_during_a_live_checkpoint(spark, lake, tmp_path):
+    table = join(lake, "orders")  # on local disk, then on the S3 server
+    sink = DeltaSink.open(spark, table, schema=SCHEMA, view_name="v_serve")
     sink.write(spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA))
     sink.notify_checkpoint_complete(sink.checkpoint())
     sink.write(spark.createDataFrame([(3, "c")], SCHEMA))
     pending = sink.checkpoint()  # pre-committed: between pre-commit and commit
     port, log = free_port(), tmp_path / "serve.log"
-    server = serve("--port", str(port), "--table", str(table), "--master", "local[1]", log=log)
+    server = serve("--port", str(port), "--table", table, "--master", "local[1]", log=log)
     try:
         url = wait_ready(server, log)
         assert url == f"jdbc:hive2://127.0.0.1:{port}/default"

@@ -1,0 +1,189 @@
+"""Fencing on object storage: the lease of a writer or job, on the real S3 server.
+
+How the tests know a second holder is fenced: the store itself refuses the second
+conditional create or update (no process-local state decides), a holder whose lease was
+taken over learns it at its next renewal and ``check`` raises before it could commit, and
+across hosts (processes with other host names) a live writer keeps its lease while a dead
+one's is taken over once it expires, its pre-committed checkpoint then committed by the
+new holder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from s3_fixture import s3_uri
+
+from lakesink.errors import AlreadyRunningError, LeaseLostError
+from lakesink.storage.lease import ObjectLease, fence, fences
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def lease_at(s3_server) -> str:
+    return s3_uri("lease") + "/_lakesink_writer_0.lease"
+
+
+def test_a_live_lease_refuses_a_second_holder_and_a_released_one_is_free(lease_at):
+    first = ObjectLease(lease_at, "writer '0'", seconds=30)
+    first.acquire()
+    second = ObjectLease(lease_at, "writer '0'", seconds=30)
+    with pytest.raises(AlreadyRunningError, match=r"writer '0' is already running .* s more"):
+        second.acquire()
+    assert first.is_held() and second.is_held()
+    first.check()
+    first.release()
+    assert not second.is_held()
+    second.acquire()
+    second.release()
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_holder_stops(lease_at):
+    clock = Clock()
+    old = ObjectLease(lease_at, "writer '0'", seconds=30, clock=clock)
+    old.acquire()
+    old._stop.set()  # a holder that hangs: it renews no more
+    old._renewer.join()
+    clock.now += 31
+    with pytest.raises(LeaseLostError, match="has not renewed its lease"):
+        old.check()
+
+    new = ObjectLease(lease_at, "writer '0'", seconds=30, clock=clock)
+    new.acquire()
+    new.check()
+    # The old holder wakes up and renews against the version it wrote: the store says no.
+    from obstore.exceptions import PreconditionError
+
+    with pytest.raises(PreconditionError):
+        old._write(mode={"e_tag": old._version})
+    old._stop.clear()
+    old.seconds = 0.3  # renew now
+    old._renew()  # returns once the store refused the renewal
+    with pytest.raises(LeaseLostError, match="another process took it over"):
+        old.check()
+    new.release()
+
+
+def test_two_processes_taking_over_an_expired_lease_at_once_one_wins(lease_at):
+    clock = Clock()
+    dead = ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock)
+    dead.acquire()
+    dead._stop.set()
+    clock.now += 6
+    racers = [ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock) for _ in range(2)]
+    # Both read the expired lease before either writes: the second conditional update of
+    # the same version is refused by the store.
+    stale_version = dead._version
+    racers[0]._write(mode={"e_tag": stale_version})
+    from obstore.exceptions import PreconditionError
+
+    with pytest.raises(PreconditionError):
+        racers[1]._write(mode={"e_tag": stale_version})
+    with pytest.raises(AlreadyRunningError):
+        ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock).acquire()
+
+
+def test_fences_are_lock_files_locally_and_leases_on_a_store(tmp_path, s3_server):
+    local = fence(str(tmp_path), "_lakesink_writer_a", "writer 'a'")
+    assert str(local.path).endswith("_lakesink_writer_a.lock")
+    folder = s3_uri("fences")
+    remote = fence(folder, "_lakesink_writer_a", "writer 'a'")
+    assert isinstance(remote, ObjectLease) and remote.path.endswith("_lakesink_writer_a.lease")
+    remote.acquire()
+    try:
+        (found,) = fences(folder, "_lakesink_writer_", lambda w: f"writer {w!r}")
+        assert found.what == "writer 'a'" and found.is_held()
+    finally:
+        remote.release()
+
+
+WRITER = """
+import sys, time
+from lakesink import spark_session
+from lakesink.delta.sink import DeltaSink
+from lakesink.errors import AlreadyRunningError
+spark = spark_session(master="local[1]", conf={"spark.ui.enabled": "false"})
+table, ids = sys.argv[1], [int(i) for i in sys.argv[2].split(",") if i]
+try:
+    sink = DeltaSink.open(spark, table, schema="order_id BIGINT", view_name="v")
+except AlreadyRunningError as exc:
+    print("refused:", exc, flush=True)
+    sys.exit(75)
+if ids:
+    sink.write(spark.createDataFrame([(i,) for i in ids], "order_id BIGINT"))
+    sink.checkpoint()  # pre-committed; this writer then hangs on, never committing
+    print("pre-committed", flush=True)
+    time.sleep(600)
+sink.close()
+print("recovered", flush=True)
+"""
+
+
+def on_host(host: str, *command: str) -> list[str]:
+    """``command`` as if on another machine: a UTS namespace whose host name is ``host``
+    (resolvable, as the JVM wants, through an /etc/hosts of its own mount namespace)."""
+    script = (
+        f'hostname {host} && hosts=$(mktemp) && cp /etc/hosts "$hosts" && '
+        f'echo "127.0.0.1 {host}" >> "$hosts" && mount --bind "$hosts" /etc/hosts && '
+        'exec "$@"'
+    )
+    return ["unshare", "--uts", "--mount", "sh", "-c", script, "sh", *command]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root")
+def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_over(spark, tmp_path):
+    from lakesink import committed
+
+    table = s3_uri("hosts") + "/orders"
+    env = {**os.environ, "LAKESINK_LEASE_SECONDS": "6"}
+    with (tmp_path / "host-a.err").open("w") as first_log:
+        first = subprocess.Popen(
+            on_host("host-a", sys.executable, "-c", WRITER, table, "1,2,3"),
+            stdout=subprocess.PIPE,
+            stderr=first_log,
+            text=True,
+            env=env,
+        )
+    try:
+        started = first.stdout.readline().strip()
+        assert started == "pre-committed", (tmp_path / "host-a.err").read_text()[-3000:]
+        second = subprocess.run(
+            on_host("host-b", sys.executable, "-c", WRITER, table, ""),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert second.returncode == 75, second.stderr[-2000:]
+        assert "refused: writer '0' of sink 'orders' is already running (host-a " in second.stdout
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert sorted(r.order_id for r in committed(spark, table).collect()) == []
+
+    time.sleep(6)  # the dead writer's lease expires
+    third = subprocess.run(
+        on_host("host-b", sys.executable, "-c", WRITER, table, ""),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "recovered" in third.stdout
+    assert "taking over the expired lease" in third.stderr
+    assert sorted(r.order_id for r in committed(spark, table).collect()) == [1, 2, 3]
