@@ -197,9 +197,10 @@ def report(spark, story) -> AuditReport:
 
 
 def tampered_copy(story: Story, tmp_path: Path) -> Path:
-    """A copy of the table (same sink, same journal) to tamper with."""
+    """A copy of the table and of the journal beside it (same sink) to tamper with."""
     copy = tmp_path / "orders"
     shutil.copytree(story.path, copy)
+    shutil.copytree(story.path.parent / "_lakesink_journal", tmp_path / "_lakesink_journal")
     return copy
 
 

@@ -10,7 +10,7 @@ committed partition and the journal while both writers append and commit.
 How the test knows nothing was lost or duplicated: at the end the committed rows are
 exactly the ids of every checkpoint the writers reported committed, each once; no poison
 id is visible and none is left in the table after a last vacuum; each writer's journal
-states agree with what it reported.
+states agree with what it reported; and the audit's exactly-once checks pass.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pytest
 from lakesink import committed
 from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
+from lakesink.ops.audit import audit_table, raise_on_failures
 from lakesink.ops.status import sink_status
 from lakesink.ops.vacuum import vacuum
 from lakesink.storage.location import join
@@ -124,3 +125,7 @@ def test_two_writer_processes_and_a_racing_vacuum_keep_every_row_once(spark, lak
             TxnState.ABORTED: 1,
         }
     assert status.pending == () and status.held == ()
+    # The auditors' checks (what notebooks/audit.ipynb runs) agree, on either store.
+    report = audit_table(spark, table)
+    assert len(report.timeline) == len(WRITERS) * (CHECKPOINTS + 1)
+    raise_on_failures([report])

@@ -154,7 +154,8 @@ def test_audit_notebook_passes_every_check_on_an_honest_table(table, tmp_path):
 def test_audit_notebook_fails_naming_the_check_on_a_tampered_table(spark, table, tmp_path):
     path, txn = table
     tampered = tmp_path / "orders"
-    shutil.copytree(path, tampered)  # same sink, same journal
+    shutil.copytree(path, tampered)  # same sink; a copy of its journal beside it
+    shutil.copytree(path.parent / "_lakesink_journal", tmp_path / "_lakesink_journal")
     aborted = txn[3]
     spark.sql(
         f"UPDATE delta.`{tampered}` SET {VISIBLE} = true WHERE {TXN_ID} = '{aborted}'"
