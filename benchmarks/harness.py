@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,10 +31,15 @@ from pyspark.sql.types import StructType
 from lakesink.delta.sink import DeltaSink
 from lakesink.delta.sql import delta_path
 from lakesink.errors import LakesinkError
+from lakesink.storage.files import object_store
+from lakesink.storage.location import join, normalize
+from lakesink.storage.options import StorageOptions
 
 __all__ = [
     "BenchmarkError",
+    "Folders",
     "LoadSampler",
+    "ObjectStoreWorkspace",
     "ScanCounter",
     "Timing",
     "Workspace",
@@ -102,6 +108,16 @@ def alternate(repetitions: int, *actions: Callable[[], dict[str, float]]) -> dic
     return {name: Timing(tuple(values)) for name, values in samples.items()}
 
 
+class Folders(Protocol):
+    """Where a measurement puts its tables: a ``Workspace`` or an ``ObjectStoreWorkspace``."""
+
+    def folder(self, name: str) -> str: ...
+
+    def drop(self, folder: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Workspace:
     """Fresh folders for the tables of one run, all removed at the end.
 
@@ -126,6 +142,40 @@ class Workspace:
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class ObjectStoreWorkspace:
+    """Fresh folders under an object-store URI (``s3a://bucket/prefix``), as ``Workspace``.
+
+    An object store has no folders: a folder is a key prefix, made by its first object,
+    and dropping it deletes every object under it.
+
+    Args:
+        root: The URI the run's folders go under; it should hold nothing yet.
+        options: How to reach the store (the same as the Spark session's).
+    """
+
+    def __init__(self, root: str, options: StorageOptions) -> None:
+        self.root = normalize(root)
+        self._options = options
+        self._count = 0
+
+    def folder(self, name: str) -> str:
+        """A new folder's URI (its own journal goes beside its tables)."""
+        self._count += 1
+        return join(self.root, f"{self._count:04d}-{name}")
+
+    def drop(self, folder: str) -> None:
+        """Delete every object under ``folder``."""
+        import obstore
+
+        store, key = object_store(folder, self._options)
+        listed = [meta["path"] for chunk in obstore.list(store, prefix=f"{key}/") for meta in chunk]
+        if listed:
+            obstore.delete(store, listed)  # DeleteObjects, 1,000 keys a request
+
+    def close(self) -> None:
+        self.drop(self.root)
 
 
 def cached_rows(spark: SparkSession, rows: int) -> DataFrame:

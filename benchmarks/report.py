@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -94,6 +95,9 @@ def _run_facts(header: Row) -> list[str]:
     ]
     if header.get("conf"):
         facts.append(f"Extra Spark settings: {header['conf']}.")
+    if header.get("object_store"):
+        store = header["object_store"]
+        facts.append(f"S3 server: {store['server']}; its ratios show {store['measures']}.")
     return facts
 
 
@@ -104,13 +108,15 @@ def write_json(path: Path, header: Row, sections: Sequence[Section]) -> None:
 
 
 def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
-    """One figure, a panel per section, each against its plain-Delta baseline."""
+    """One figure, a panel per section, each against its baseline (plain Delta, or local
+    disk for the S3 section), and a panel of facts; three panels a row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(3, 3, figsize=(20, 15))
+    rows = -(-(len(sections) + 1) // 3)  # a panel per section and one of facts, 3 a row
+    figure, axes = plt.subplots(rows, 3, figsize=(20, 5 * rows), squeeze=False)
     panels = axes.flatten()
     for ax, (number, section) in zip(panels, enumerate(sections, 1), strict=False):
         _panels()[section.key](ax, f"{number}. {section.title}", section)
@@ -122,7 +128,7 @@ def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:
         f"{header['machine']['date']})",
         fontsize=14,
     )
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (5 * rows)))  # half an inch for the title
     figure.savefig(path, dpi=100)
     plt.close(figure)
 
@@ -185,6 +191,17 @@ def _panels() -> dict[str, Callable[..., None]]:
             bars=(("ratio", "committed-view aggregate"),),
             ylabel="x the same aggregate on plain Delta",
         ),
+        "object_store": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows",
+            bars=(
+                ("pre_commit_ratio", "pre-commit"),
+                ("commit_ratio", "commit"),
+                ("batch_ratio", "StreamingSink, a batch"),
+            ),
+            ylabel="x the same work on local disk",
+            target=None,  # no target: the figure says what object storage costs
+        ),
     }
 
 
@@ -196,6 +213,7 @@ def _ratio_bars(  # type: ignore[no-untyped-def]
     label: Callable[[Row], str],
     bars: tuple[tuple[str, str], ...],
     ylabel: str,
+    target: float | None = 1.1,
 ) -> None:
     width = 0.8 / len(bars)
     for i, (key, name) in enumerate(bars):
@@ -205,7 +223,8 @@ def _ratio_bars(  # type: ignore[no-untyped-def]
         drawn = ax.bar(xs, heights, width, label=name)
         ax.bar_label(drawn, labels=[f"{h:.1f}x" for h in heights], fontsize=7)
     ax.axhline(1.0, color="black", linewidth=1)
-    ax.axhline(1.1, color="grey", linestyle="--", linewidth=1, label="target 1.1x")
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target}x")
     ax.set_xticks(range(len(section.rows)), [label(row) for row in section.rows], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=11)
@@ -266,5 +285,6 @@ def _short(count: float) -> str:
 def _facts_panel(ax, header: Row) -> None:  # type: ignore[no-untyped-def]
     ax.axis("off")
     ax.set_title("machine and run", fontsize=11)
-    lines = [*_machine_facts(header), "", *_run_facts(header)]
+    facts = [*_machine_facts(header), "", *_run_facts(header)]
+    lines = [part for fact in facts for part in textwrap.wrap(fact, 90) or [""]]
     ax.text(0.0, 1.0, "\n".join(lines), va="top", family="monospace", fontsize=8.5)

@@ -14,10 +14,16 @@ generating them is never measured) and, in one run:
 6. Micro-batch cost: StreamingSink vs Delta's idempotent foreachBatch write.
 7. A whole checkpoint of two sinks through the coordinator vs two plain appends.
 8. Readers of a table of many checkpoints, before and after lakesink's compaction.
+9. Pre-commit, commit and a micro-batch on an S3 server vs the same work on local disk.
 
-Every figure is a median of repetitions and a ratio to plain Delta work measured in the
-same run. It reports; it asserts no speed. ``--conf key=value`` passes Spark settings,
-so the effect of a setting can be measured with the same suite.
+Section 9 starts a SeaweedFS S3 server on loopback in the run's workspace folder (its data on
+the same disk), and the run's one session then reaches it too: its ratios show what
+object-store semantics cost (many small requests, conditional creates), not network latency.
+
+Every figure is a median of repetitions and a ratio to a baseline measured in the same run
+(plain Delta work; for section 9, local disk). It reports; it asserts no speed.
+``--conf key=value`` passes Spark settings, so the effect of a setting can be measured with
+the same suite.
 """
 
 from __future__ import annotations
@@ -27,12 +33,21 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks import accumulated, checkpoint, history, reader, streaming, write_path
+from benchmarks import (
+    accumulated,
+    checkpoint,
+    history,
+    object_store,
+    reader,
+    streaming,
+    write_path,
+)
 from benchmarks.harness import (
     REPO,
     LoadSampler,
@@ -46,6 +61,7 @@ from benchmarks.harness import (
 from benchmarks.report import Section, render_text, write_json, write_png
 from lakesink.delta.session import spark_session
 from lakesink.errors import ConfigurationError
+from lakesink.testing.s3 import S3Server
 
 __all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run"]
 
@@ -69,6 +85,8 @@ class Suite:
         checkpoints: Checkpoints per repetition in section 7.
         accumulated_rows: Rows of the tables of section 8.
         accumulated: Committed checkpoints those rows are spread over, per point.
+        object_store_rows: Rows per pre-commit, and per micro-batch, in section 9 (which
+            takes its batches a query from ``stream_batches``).
         repetitions: Timed repetitions behind each median.
     """
 
@@ -84,6 +102,7 @@ class Suite:
     checkpoints: int
     accumulated_rows: int
     accumulated: tuple[int, ...]
+    object_store_rows: tuple[int, ...]
     repetitions: int
 
 
@@ -100,6 +119,7 @@ FULL = Suite(
     checkpoints=4,
     accumulated_rows=1_000_000,
     accumulated=(10, 1_000, 5_000),
+    object_store_rows=(100_000, 1_000_000),
     repetitions=3,
 )
 QUICK = Suite(
@@ -115,6 +135,7 @@ QUICK = Suite(
     checkpoints=2,
     accumulated_rows=50_000,
     accumulated=(10, 200),
+    object_store_rows=(10_000,),
     repetitions=1,
 )
 
@@ -135,13 +156,27 @@ SECTIONS = (
     "streaming",
     "checkpoint",
     "accumulated",
+    "object_store",
 )
 
 
 def run(
-    spark: SparkSession, suite: Suite, workspace: Workspace, sections: Sequence[str] = SECTIONS
+    spark: SparkSession,
+    suite: Suite,
+    workspace: Workspace,
+    sections: Sequence[str] = SECTIONS,
+    server: S3Server | None = None,
 ) -> list[Section]:
-    """Measure the ``sections`` in ``spark``; return them in the issue's order."""
+    """Measure the ``sections`` in ``spark``; return them in the issue's order.
+
+    ``server`` is the S3 server of section 9 (``object_store.s3_server``), which ``spark``
+    must reach (built with its ``storage_options()``).
+
+    Raises:
+        ConfigurationError: Section 9 is asked for without a server.
+    """
+    if "object_store" in sections and server is None:
+        raise ConfigurationError("the object_store section needs an S3 server (server=...)")
     _warm_up(spark, workspace)
     found: dict[str, Section] = {}
     if {"write_path", "commit_vs_size"} & set(sections):
@@ -188,6 +223,18 @@ def run(
         grown = accumulated.measure(spark, workspace, rows, suite.accumulated, suite.repetitions)
         rows.unpersist()
         found["accumulated"] = accumulated.accumulated_section(grown)
+    if "object_store" in sections:
+        assert server is not None
+        log.info("9. on S3 vs local disk: %s rows", list(suite.object_store_rows))
+        stored = object_store.measure(
+            spark,
+            workspace,
+            server,
+            suite.object_store_rows,
+            suite.stream_batches,
+            suite.repetitions,
+        )
+        found["object_store"] = object_store.object_store_section(stored)
     return [found[key] for key in SECTIONS if key in sections]
 
 
@@ -242,26 +289,32 @@ def main(argv: list[str] | None = None) -> int:
     conf = _conf(args.conf)
 
     started = time.perf_counter()
-    spark = spark_session(
-        app_name="lakesink-bench",
-        conf={**SESSION_CONF, **conf},
-        ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    workspace = Workspace(args.work_dir)
-    try:
+    store: dict[str, str] = {}
+    with ExitStack() as stack:  # ends in reverse: the session, the S3 server, the workspace
+        workspace = Workspace(args.work_dir)
+        stack.callback(workspace.close)
+        server = None
+        if "object_store" in args.sections:  # before the session, which must reach it
+            server = stack.enter_context(object_store.s3_server(workspace))
+            store = object_store.describe(server)
+        spark = spark_session(
+            app_name="lakesink-bench",
+            conf={**SESSION_CONF, **conf},
+            ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
+            storage=server.storage_options() if server else None,
+        )
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
         about = machine(spark)
         with LoadSampler() as load:
-            sections = run(spark, suite, workspace, args.sections)
-    finally:
-        workspace.close()
-        spark.stop()
+            sections = run(spark, suite, workspace, args.sections, server)
     header = {
         "mode": "quick" if args.quick else "full",
         "machine": about,
         "repetitions": suite.repetitions,
         "suite": asdict(suite),
         "conf": conf,
+        **({"object_store": store} if store else {}),
         "load": load.summary(),
         "duration_s": round(time.perf_counter() - started, 1),
     }

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from benchmarks.harness import (
+    Folders,
     Timing,
     Workspace,
     alternate,
@@ -27,9 +29,18 @@ from benchmarks.harness import (
 )
 from benchmarks.report import Column, Section
 from lakesink.delta.readers import committed
+from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
 
-__all__ = ["StreamPoint", "measure", "streaming_section"]
+__all__ = [
+    "StreamInput",
+    "StreamPoint",
+    "foreach_batch_seconds",
+    "lakesink_seconds",
+    "measure",
+    "streaming_section",
+    "write_batches",
+]
 
 
 @dataclass(frozen=True)
@@ -53,36 +64,76 @@ def measure(
     points = []
     for rows in sizes:
         data = cached_rows(spark, rows)
-        files = workspace.folder(f"stream-input-{rows}")
-        for index in range(batches):  # written in order: the file source takes them so
-            batch(data, index, rows).coalesce(1).write.mode("append").parquet(files)
-        source = spark.readStream.schema(data.schema).option("maxFilesPerTrigger", 1)
+        given = write_batches(workspace, data, rows, batches)
 
-        def plain(rows=rows, files=files, source=source) -> dict[str, float]:
-            folder = workspace.folder(f"stream-plain-{rows}")
-            seconds = timed(lambda: _foreach_batch_query(source.parquet(files), folder))
-            check_rows(
-                spark.read.format("delta").load(f"{folder}/table"),
-                rows * batches,
-                "a streaming query table",
-            )
-            workspace.drop(folder)
-            return {"foreach_batch": seconds / batches}
+        def plain(given=given) -> dict[str, float]:
+            return {"foreach_batch": foreach_batch_seconds(spark, workspace, given)}
 
-        def lakesink(rows=rows, files=files, source=source) -> dict[str, float]:
-            folder = workspace.folder(f"stream-lakesink-{rows}")
-            seconds = timed(lambda: _lakesink_query(spark, source.parquet(files), folder))
-            check_rows(
-                committed(spark, f"{folder}/table"), rows * batches, "a streaming query table"
-            )
-            workspace.drop(folder)
-            return {"lakesink": seconds / batches}
+        def lakesink(given=given) -> dict[str, float]:
+            return {"lakesink": lakesink_seconds(spark, workspace, given)}
 
         timings = alternate(repetitions, plain, lakesink)
         data.unpersist()
-        workspace.drop(files)
+        workspace.drop(given.files)
         points.append(StreamPoint(rows=rows, batches=batches, **timings))
     return points
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """A query's input: ``batches`` Parquet files of ``rows`` distinct rows each."""
+
+    files: str
+    schema: StructType
+    rows: int
+    batches: int
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        """The files as a stream, one file a micro-batch."""
+        source = spark.readStream.schema(self.schema).option("maxFilesPerTrigger", 1)
+        return source.parquet(self.files)
+
+
+def write_batches(folders: Folders, data: DataFrame, rows: int, batches: int) -> StreamInput:
+    """Write ``batches`` blocks of the cached ``rows`` to a new folder of ``folders``."""
+    files = folders.folder(f"stream-input-{rows}")
+    for index in range(batches):  # written in order: the file source takes them so
+        batch(data, index, rows).coalesce(1).write.mode("append").parquet(files)
+    return StreamInput(files=files, schema=data.schema, rows=rows, batches=batches)
+
+
+def foreach_batch_seconds(spark: SparkSession, folders: Folders, given: StreamInput) -> float:
+    """Seconds a batch of Delta's idempotent ``foreachBatch`` query over ``given``.
+
+    Its table and checkpoint location go in a fresh folder of ``folders``, dropped once
+    the table's rows were checked.
+    """
+    folder = folders.folder(f"stream-plain-{given.rows}")
+    seconds = timed(lambda: _foreach_batch_query(given.stream(spark), folder))
+    check_rows(
+        spark.read.format("delta").load(join(folder, "table")),
+        given.rows * given.batches,
+        "a streaming query table",
+    )
+    folders.drop(folder)
+    return seconds / given.batches
+
+
+def lakesink_seconds(spark: SparkSession, folders: Folders, given: StreamInput) -> float:
+    """Seconds a batch of a ``StreamingSink`` query over ``given``, its last commit included.
+
+    Its table and checkpoint location go in a fresh folder of ``folders`` (local, or on an
+    object store), dropped once the committed rows were checked.
+    """
+    folder = folders.folder(f"stream-lakesink-{given.rows}")
+    seconds = timed(lambda: _lakesink_query(spark, given.stream(spark), folder))
+    check_rows(
+        committed(spark, join(folder, "table")),
+        given.rows * given.batches,
+        "a streaming query table",
+    )
+    folders.drop(folder)
+    return seconds / given.batches
 
 
 def streaming_section(points: Sequence[StreamPoint]) -> Section:
@@ -107,7 +158,7 @@ def streaming_section(points: Sequence[StreamPoint]) -> Section:
 
 
 def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
-    table, location = f"{folder}/table", f"{folder}/checkpoint"
+    table, location = join(folder, "table"), join(folder, "checkpoint")
 
     def write(frame: DataFrame, batch_id: int) -> None:
         # Delta's documented exactly-once foreachBatch: a replayed batch is skipped.
@@ -124,10 +175,10 @@ def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
 
 
 def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str) -> None:
-    location = f"{folder}/checkpoint"
+    location = join(folder, "checkpoint")
     with StreamingSink(
         spark,
-        f"{folder}/table",
+        join(folder, "table"),
         checkpoint_location=location,
         schema=stream.schema,
         view_name="lakesink_bench_stream",

@@ -12,9 +12,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.harness import (
+    Folders,
     Timing,
     Workspace,
     alternate,
@@ -26,8 +27,15 @@ from benchmarks.harness import (
     timed,
 )
 from benchmarks.report import Column, Section
+from lakesink.storage.location import join
 
-__all__ = ["WritePoint", "commit_section", "measure", "write_path_section"]
+__all__ = [
+    "WritePoint",
+    "commit_section",
+    "measure",
+    "pre_commit_and_commit",
+    "write_path_section",
+]
 
 
 @dataclass(frozen=True)
@@ -64,28 +72,48 @@ def measure(
             return {"plain_append": seconds}
 
         def lakesink(data=data, rows=rows, merge_metrics=merge_metrics) -> dict[str, float]:
-            folder = workspace.folder(f"sink-{rows}")
-            path = f"{folder}/orders"
-            sink = open_sink(spark, path, data.schema)
-            checkpoints: list[int] = []
-
-            def pre_commit_rows() -> None:
-                sink.write(data)
-                checkpoints.append(sink.checkpoint())
-
-            try:
-                pre_commit = timed(pre_commit_rows)
-                commit = timed(lambda: sink.notify_checkpoint_complete(checkpoints[0]))
-            finally:
-                sink.close()
-            merge_metrics.update(last_operation_metrics(spark, path))
-            workspace.drop(folder)
-            return {"pre_commit": pre_commit, "commit": commit}
+            return pre_commit_and_commit(spark, workspace, data, rows, merge_metrics)
 
         timings = alternate(repetitions, plain, lakesink)
         data.unpersist()
         points[rows] = WritePoint(rows=rows, merge_metrics=merge_metrics, **timings)
     return points
+
+
+def pre_commit_and_commit(
+    spark: SparkSession,
+    folders: Folders,
+    data: DataFrame,
+    rows: int,
+    merge_metrics: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """One repetition of lakesink's side, into a fresh table in one of ``folders``.
+
+    Times the pre-commit (``sink.write`` + ``sink.checkpoint()``) and the commit
+    (``sink.notify_checkpoint_complete``) of ``data``; opening the sink is not timed. Puts
+    the commit's MERGE metrics into ``merge_metrics`` when given, then drops the table.
+
+    Returns:
+        The seconds of ``pre_commit`` and of ``commit``.
+    """
+    folder = folders.folder(f"sink-{rows}")
+    path = join(folder, "orders")
+    sink = open_sink(spark, path, data.schema)
+    checkpoints: list[int] = []
+
+    def pre_commit_rows() -> None:
+        sink.write(data)
+        checkpoints.append(sink.checkpoint())
+
+    try:
+        pre_commit = timed(pre_commit_rows)
+        commit = timed(lambda: sink.notify_checkpoint_complete(checkpoints[0]))
+    finally:
+        sink.close()
+    if merge_metrics is not None:
+        merge_metrics.update(last_operation_metrics(spark, path))
+    folders.drop(folder)
+    return {"pre_commit": pre_commit, "commit": commit}
 
 
 def write_path_section(points: Sequence[WritePoint]) -> Section:

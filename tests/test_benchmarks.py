@@ -5,12 +5,14 @@ point of the quick suite with real numbers, each ratio is against the baseline o
 run, and the JSON and the PNG were written. The runner itself checks, before measuring
 readers, that the committed view and the plain table hold the same rows (count and sum of
 ids), and that each vacuum removed exactly the aborted checkpoint's rows; this test reads
-those counts back from the report.
+those counts back from the report. The S3 section runs on a SeaweedFS server the run starts
+and stops itself; its figures are ratios to the same work on local disk.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -67,6 +69,10 @@ def test_header_names_the_machine_the_versions_and_the_load(quick_run) -> None:
         assert machine[key], key
     assert report["load"]["samples"] >= 1 and report["load"]["max_1m"] >= 0
     assert report["duration_s"] > 0
+    # The S3 figures say what they are: a local server on loopback, not a network away.
+    store = report["object_store"]
+    assert "SeaweedFS" in store["server"] and "127.0.0.1" in store["server"]
+    assert "not network latency" in store["measures"]
 
 
 @pytest.mark.slow
@@ -153,6 +159,33 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         assert before["files"] == before["checkpoints"] > after["files"] >= 1
         _positive(after, "plain_s", "lakesink_s", "maintenance_s")
         _ratio_of(after, "ratio", "lakesink_s", "plain_s")
+
+    stored = sections["object_store"]  # the micro-batches' committed rows were checked by the run
+    work = ("pre_commit", "commit", "batch")
+    assert [c["key"] for c in stored["columns"]] == [
+        "rows",
+        "batches",
+        "local_pre_commit_s",
+        "s3_pre_commit_s",
+        "pre_commit_ratio",
+        "local_commit_s",
+        "s3_commit_s",
+        "commit_ratio",
+        "local_batch_s",
+        "s3_batch_s",
+        "batch_ratio",
+    ]
+    assert [(r["rows"], r["batches"]) for r in stored["rows"]] == [
+        (n, QUICK.stream_batches) for n in QUICK.object_store_rows
+    ]
+    for row in stored["rows"]:
+        for name in work:
+            local, s3 = f"local_{name}_s", f"s3_{name}_s"
+            _positive(row, local, s3)
+            assert math.isfinite(row[local]) and math.isfinite(row[s3]), (name, row)
+            _ratio_of(row, f"{name}_ratio", s3, local)
+        assert sorted(row["samples"]) == sorted(f"{s}_{n}" for s in ("local", "s3") for n in work)
+        assert all(len(samples) == reps for samples in row["samples"].values())
 
 
 @pytest.mark.slow
