@@ -62,7 +62,7 @@ demo: $(STAMP)
 	$(BIN)/python jobs/demo.py --out demo-output
 
 # The benchmark suite: plain Delta vs lakesink on the same data; the full run's results go to
-# docs/bench.json and docs/bench.png (about 15 minutes on 2 cores). It reports, never asserts.
+# docs/bench.json and docs/bench.png (about 20 minutes on 2 cores, with the S3 section). It reports, never asserts.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out docs
 
