@@ -23,7 +23,6 @@ Each S3 figure is a ratio to the local one of the same run.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,7 +120,7 @@ def measure(
     store = ObjectStoreWorkspace(ROOT, server.storage_options())
     places: dict[str, Folders] = {"local": workspace, "s3": store}
     points = []
-    with _environment(server.environment()):
+    with server.exported():
         try:
             _warm_up(spark, workspace, places, batches)
             for rows in sizes:
@@ -193,18 +192,3 @@ def _warm_up(
         _work(spark, folders, "warm-up", data, given)()
     data.unpersist()
     workspace.drop(given.files)
-
-
-@contextmanager
-def _environment(variables: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``variables`` set, restored when the block ends."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

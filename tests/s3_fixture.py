@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from lakesink.core.lock import pid_alive
 from lakesink.errors import ConfigurationError
 from lakesink.testing.cluster import free_port
 from lakesink.testing.s3 import S3Server, create_bucket, load_server, start_server, stop_server
@@ -46,16 +47,6 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     base = tmp_path_factory.getbasetemp()
@@ -69,21 +60,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         except ConfigurationError:
             server = start_server(folder, port=free_port())
             create_bucket(server, BUCKET)
-        users = [pid for pid in users if _alive(pid) and pid != os.getpid()] + [os.getpid()]
+        users = [pid for pid in users if pid_alive(pid) and pid != os.getpid()] + [os.getpid()]
         users_file.write_text(json.dumps(users))
-    saved = {name: os.environ.get(name) for name in server.environment()}
-    os.environ.update(server.environment())
     try:
-        yield server
+        with server.exported():
+            yield server
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         with _locked(root / "s3-server.lock"):
             users = json.loads(users_file.read_text()) if users_file.is_file() else []
-            users = [pid for pid in users if _alive(pid) and pid != os.getpid()]
+            users = [pid for pid in users if pid_alive(pid) and pid != os.getpid()]
             users_file.write_text(json.dumps(users))
             if not users:
                 stop_server(folder)

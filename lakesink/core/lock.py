@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lakesink.errors import AlreadyRunningError
 
-__all__ = ["ProcessLock"]
+__all__ = ["ProcessLock", "pid_alive"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class ProcessLock:
         host, _, pid = holder.partition(" ")
         if host != socket.gethostname() or not pid.isdigit():
             return True
-        return _alive(int(pid))
+        return pid_alive(int(pid))
 
     def _stale(self) -> bool:
         try:
@@ -75,7 +75,8 @@ class ProcessLock:
         return mine or not self.is_held()
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` runs on this host (or is not ours to signal)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -17,6 +17,7 @@ endpoint and the variables to export (``eval "$(python -m lakesink.testing.s3 st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -30,7 +31,7 @@ import sysconfig
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -107,6 +108,21 @@ class S3Server:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_REGION": self.region,
         }
+
+    @contextlib.contextmanager
+    def exported(self) -> Iterator[S3Server]:
+        """``os.environ`` pointing at this server (``environment()``) while the block runs,
+        so ``StorageOptions.from_env()`` and child processes reach it; restored after."""
+        saved = {name: os.environ.get(name) for name in self.environment()}
+        os.environ.update(self.environment())
+        try:
+            yield self
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def storage_options(self) -> StorageOptions:
         """lakesink's storage settings for this server."""
