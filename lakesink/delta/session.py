@@ -143,10 +143,13 @@ def spark_session(
     packages = list(packages)
     storage = storage or _storage_from_env()
     if storage is not None:
-        packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
         conf = {**storage.spark_conf(), **conf}
-        jars = [*storage.spark_jars(), *_listed(conf.get("spark.jars"))]
-        conf["spark.jars"] = ",".join(dict.fromkeys(jars))
+        # Under spark-submit the JVM runs already: its jars came with --packages and --jars
+        # (lakesink jars --s3, --log-store).
+        if "PYSPARK_GATEWAY_PORT" not in os.environ:
+            packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+            jars = [*storage.spark_jars(), *_listed(conf.get("spark.jars"))]
+            conf["spark.jars"] = ",".join(dict.fromkeys(jars))
         log.info("object storage: %r", storage)  # its repr hides the secrets
     if metastore_url:
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)

@@ -73,7 +73,10 @@ def hadoop_version() -> str:
         raise ConfigurationError(
             "pyspark is not installed; install lakesink's dependencies"
         ) from exc
-    jars = Path(pyspark.__file__).parent / "jars"
+    # Under spark-submit, pyspark is imported from a zip inside the installation: its jars
+    # are then in $SPARK_HOME.
+    home = os.environ.get("SPARK_HOME")
+    jars = Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
     found = sorted(
         match.group(1)
         for match in (_HADOOP_API_JAR.match(jar.name) for jar in jars.glob("hadoop-client-api-*"))
