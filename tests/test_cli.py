@@ -22,8 +22,8 @@ def test_help_lists_the_commands_and_the_exit_codes():
     assert "jars" in result.stdout
     helped = " ".join(result.stdout.split())
     assert (
-        "75 another live run holds the lock or the Pushgateway did not answer (retry later)"
-        in helped
+        "75 another live run holds the lock or lease (or took it over), or the Pushgateway "
+        "did not answer (retry later)" in helped
     )
 
 

@@ -65,7 +65,9 @@ def delta_class_path() -> str:
     probe = (
         "from lakesink.delta.session import spark_session\n"
         "s = spark_session(master='local[1]', app_name='lakesink-serve-jars')\n"
-        "print('JARS=' + (s.sparkContext.getConf().get('spark.jars') or ''))\n"
+        # Every local jar of the session, its packages' included (spark.jars holds only
+        # the jars given by path, such as the S3 log store, once any is given).
+        "print('JARS=' + (s.sparkContext.getConf().get('spark.repl.local.jars') or ''))\n"
         "s.stop()\n"
     )
     done = subprocess.run(
