@@ -147,9 +147,14 @@ def spark_session(
         # Under spark-submit the JVM runs already: its jars came with --packages and --jars
         # (lakesink jars --s3, --log-store).
         if "PYSPARK_GATEWAY_PORT" not in os.environ:
-            packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
-            jars = [*storage.spark_jars(), *_listed(conf.get("spark.jars"))]
-            conf["spark.jars"] = ",".join(dict.fromkeys(jars))
+            if _local_defaults(master):
+                # One JVM: its class path reads the jars in place, where packages would be
+                # copied into every session's temporary folder (640 MB of AWS SDK).
+                class_path = storage.spark_class_path()
+                _extend(conf, "spark.driver.extraClassPath", class_path, os.pathsep)
+            else:  # executors elsewhere fetch them
+                packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+            _extend(conf, "spark.jars", storage.spark_jars(), ",")
         log.info("object storage: %r", storage)  # its repr hides the secrets
     if metastore_url:
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
@@ -167,8 +172,10 @@ def _storage_from_env() -> StorageOptions | None:
     return None if storage == StorageOptions() else storage
 
 
-def _listed(value: str | None) -> list[str]:
-    return [item for item in (value or "").split(",") if item]
+def _extend(conf: dict[str, str], key: str, items: Sequence[str], separator: str) -> None:
+    """Put ``items`` first in the list setting ``key``, keeping the caller's entries."""
+    given = [item for item in conf.get(key, "").split(separator) if item]
+    conf[key] = separator.join(dict.fromkeys([*items, *given]))
 
 
 def _local_defaults(master: str) -> dict[str, str]:

@@ -6,8 +6,9 @@ The standard AWS environment variables are enough, as for every AWS tool::
     AWS_ACCESS_KEY_ID=...  AWS_SECRET_ACCESS_KEY=...  AWS_REGION=...
 
 ``StorageOptions.from_env()`` reads them; its arguments override them. ``spark_conf()``,
-``spark_packages()`` and ``spark_jars()`` are what a Spark session needs for ``s3a://`` (and
-``s3://``) tables, lakesink's conditional-create log store included; ``deltars_options()``
+``spark_packages()`` (or, for a local session, ``spark_class_path()``) and ``spark_jars()`` are
+what a Spark session needs for ``s3a://`` (and ``s3://``) tables, lakesink's
+conditional-create log store included; ``deltars_options()``
 and ``deltars_uri()`` are what delta-rs needs for the same objects. Secrets never appear in
 ``repr`` or the log.
 """
@@ -193,7 +194,7 @@ class StorageOptions:
         S3A's endpoint, region, credentials and addressing; ``s3://`` mapped onto S3A; and
         lakesink's log store (``LOGSTORE_CLASS``) for both schemes, so a Delta commit is a
         conditional create that a concurrent writer cannot silently replace. The session
-        also needs ``spark_packages()`` and ``spark_jars()``.
+        also needs ``spark_packages()`` (or ``spark_class_path()``) and ``spark_jars()``.
         """
         conf = {
             "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
@@ -228,6 +229,20 @@ class StorageOptions:
         """Maven coordinates Spark needs for S3A: ``hadoop-aws`` of pyspark's own Hadoop
         version (it brings the AWS SDK v2 bundle it was built with)."""
         return [f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"]
+
+    @staticmethod
+    def spark_class_path() -> list[str]:
+        """For a session whose executors run on this machine: ``hadoop-aws`` with the AWS SDK
+        as files for the JVM's class path (fetched once; see ``logstore.s3a_jars``), in
+        place of ``spark_packages()``. The log store still goes in ``spark_jars()``: it needs
+        Delta's classes, which Spark loads apart from the class path.
+
+        Raises:
+            ConfigurationError: They cannot be fetched.
+        """
+        from lakesink.storage.logstore import s3a_jars
+
+        return [str(jar) for jar in s3a_jars()]
 
     @staticmethod
     def spark_jars() -> list[str]:

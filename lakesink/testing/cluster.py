@@ -190,22 +190,28 @@ def submit_command(
 
     It is the one the README's "Running on a cluster" section gives: the Delta jar by its
     Maven coordinate (``lakesink jars``) and the two Delta settings, then ``conf``. With
-    ``storage`` (tables on S3), also ``hadoop-aws`` (``lakesink jars --s3``), lakesink's log
-    store jar (``lakesink jars --log-store``) and the S3A settings, credentials included:
+    ``storage`` (tables on S3), also ``hadoop-aws`` with the AWS SDK on the class path (a real
+    cluster takes it as the ``lakesink jars --s3`` package), lakesink's log store jar
+    (``lakesink jars --log-store``) and the S3A settings, credentials included:
     fine for the local test server; on a real cluster keep keys out of command lines (a
     role, or ``spark-defaults.conf``), as the README says.
     """
     from lakesink.delta.session import delta_maven_coordinate
 
-    packages, jars, settings = [delta_maven_coordinate()], [], dict(DELTA_SUBMIT_CONF)
+    settings, jars = dict(DELTA_SUBMIT_CONF), []
     if storage is not None:
-        packages += storage.spark_packages()
-        jars += storage.spark_jars()
-        settings |= storage.spark_conf()
+        # Every node of this cluster is this machine: hadoop-aws and the AWS SDK are read in
+        # place from the class path, where --packages would copy 640 MB for each application.
+        class_path = os.pathsep.join(storage.spark_class_path())
+        settings |= storage.spark_conf() | {
+            "spark.driver.extraClassPath": class_path,
+            "spark.executor.extraClassPath": class_path,
+        }
+        jars = storage.spark_jars()
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master", master_url,
-        "--packages", ",".join(packages),
+        "--packages", delta_maven_coordinate(),
         *(["--jars", ",".join(jars)] if jars else []),
     ]  # fmt: skip
     for key, value in {**settings, **(conf or {})}.items():
