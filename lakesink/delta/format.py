@@ -278,6 +278,9 @@ def ensure_sink_table(
         .property(SINK_ID_PROPERTY, sink_id)
         .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
+        # Auto-compaction would rewrite pending partitions, which a metadata commit's
+        # re-add cannot see (lakesink.delta.publish); lakesink compacts committed rows only.
+        .property("delta.autoOptimize.autoCompact", "false")
         .execute()
     )
     log.info("created lakesink table %s for sink %r", path, sink_id)

@@ -64,6 +64,7 @@ from lakesink.delta.format import (
     ensure_sink_table,
 )
 from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
+from lakesink.delta.publish import check_partition_types, check_publishable, publish
 from lakesink.delta.readers import create_committed_view, pending_rows
 from lakesink.delta.spark import (
     USER_METADATA_CONF,
@@ -97,11 +98,19 @@ from lakesink.storage.location import normalize
 if TYPE_CHECKING:
     from lakesink.delta.validation import ValidationGate, ValidationReport
 
-__all__ = ["DeltaSink", "DeltaTransaction", "SinkOptions", "writer_lock", "writer_locks"]
+__all__ = [
+    "COMMIT_MODES",
+    "DeltaSink",
+    "DeltaTransaction",
+    "SinkOptions",
+    "writer_lock",
+    "writer_locks",
+]
 
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
+COMMIT_MODES = ("merge", "metadata")
 _WRITER_LOCK_PREFIX = "_lakesink_writer_"
 
 StepHook = Callable[[str, int], None]
@@ -147,6 +156,13 @@ class SinkOptions:
         partition_by: User columns to partition a new table by (a date, a region), after
             lakesink's own partition columns; kept through commits and compaction. Fixed
             when the table is created: given for an existing table, it must be the table's.
+        commit: How a commit makes its rows visible. ``"merge"`` (the default): a Delta
+            MERGE moves them into the committed partition, rewriting them (seconds; undone
+            by RESTORE; Delta's conflict checks guard it). ``"metadata"``: one delta-rs
+            commit adds the transaction's files again with the committed partition's
+            values, no row read or written (milliseconds, flat in rows); RESTORE does not
+            hide them again, the change data feed shows each row twice, and tables with
+            row tracking or deletion vectors are refused (``lakesink.delta.publish``).
     """
 
     sink_id: str | None = None
@@ -158,6 +174,13 @@ class SinkOptions:
     commit_retry: CommitRetry = field(default_factory=CommitRetry)
     timeout: TransactionTimeout | None = None
     partition_by: tuple[str, ...] | None = None
+    commit: str = "merge"
+
+    def __post_init__(self) -> None:
+        if self.commit not in COMMIT_MODES:
+            raise ConfigurationError(
+                f"unknown commit mode {self.commit!r}; pass one of {', '.join(COMMIT_MODES)}"
+            )
 
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
@@ -228,6 +251,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 options.validation.check_columns(self._given_schema.fieldNames())
             if options.partition_by is not None:
                 check_partition_columns(tuple(options.partition_by), self._given_schema)
+                if options.commit == "metadata":  # refused before a table is made
+                    types = {f.name: f.dataType.simpleString() for f in self._given_schema}
+                    check_partition_types(self.path, {c: types[c] for c in options.partition_by})
         self._step_hook = step_hook
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock (a lease on object storage) is hidden from
@@ -294,6 +320,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             partition_by=self.options.partition_by,
         )
         self.schema = self._table.schema
+        if self.options.commit == "metadata":
+            check_publishable(self.path)
         if self.validation is not None and self._given_schema is None:
             self.validation.check_columns(self.schema.fieldNames())
         # A table with history but no journal must not silently get a new, empty one:
@@ -435,7 +463,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         rows = progress.rows if progress else None
         self._step("before_flip", transaction)
         self._lock.check()
-        flipped = self._flip(transaction, rows) if rows != 0 else 0
+        flipped = 0
+        if rows != 0:
+            publish = self._publish if self.options.commit == "metadata" else self._flip
+            flipped = publish(transaction, rows)
         self._step("after_flip", transaction)
         try:
             self.journal.record(
@@ -555,6 +586,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             raise CommitStateUnknownError(
                 f"{what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
                 "stays pending, and the next commit (idempotent) settles it"
+            ) from exc
+
+    def _publish(self, transaction: DeltaTransaction, rows: int | None) -> int:
+        """The metadata commit: the transaction's files added again as visible."""
+        try:
+            metadata = self._metadata("commit", transaction)
+            return publish(self.path, transaction.txn_id, metadata).rows
+        except CommitFailedError:
+            raise
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"{self.name}: the metadata commit of checkpoint {transaction.checkpoint_id} "
+                f"failed ({exc!r}); it may or may not have landed: it stays pending, and the "
+                "next commit (idempotent) settles it"
             ) from exc
 
     def _app_id(self) -> str:

@@ -1,0 +1,293 @@
+"""The metadata commit: a transaction's rows made visible without reading or writing one.
+
+A sink table is partitioned by the masking bit and the pending transaction, and Delta keeps
+a file's partition values in its ``add`` action in the log, not in the Parquet file. So one
+Delta commit that adds every file of the transaction's pending partition again, with the
+committed partition's values (``_lakesink_visible = true``, ``_lakesink_pending`` NULL, the
+user's own partition values kept), publishes its rows: the protocol lets an existing file be
+added again "to allow metadata updates", and the newest ``add`` of a path wins. The commit
+is written by delta-rs, with each file's statistics carried over, in milliseconds whatever
+the rows.
+
+Why it is exactly once: a path is one file however often it is added, so a repeated or
+racing publish of the same transaction makes nothing visible twice; one that finds the
+pending partition empty changes nothing.
+
+Failure scenarios it handles:
+
+1. Two publishes of one transaction race (a restarted writer, an operator): both add the
+   same paths; the table shows each file once.
+2. Another commit rewrote the pending partition between the read and this commit (an
+   OPTIMIZE or DELETE run by hand; lakesink's own compaction and vacuum never touch a
+   pending partition of a live transaction): the re-add brought back a file that commit had
+   removed, while its rows live on in that commit's new files, still masked. Found by
+   reading the log versions in between; the next commit removes the revived files and adds
+   the new ones as visible, together, so a reader sees the rows once throughout.
+3. A rewrite that read the pending partition before this commit and lands after it removes
+   a published file and leaves its rows masked in a file of the pending partition. Nothing
+   is lost: the pending partition of a committed transaction still holds them, and
+   publishing again (``lakesink vacuum`` does, for every committed transaction) makes them
+   visible. Delta's conflict checks cannot catch it (an ``add`` is not a conflict), which
+   is why lakesink tables switch auto-compaction off.
+
+What it trades against the MERGE: ``RESTORE`` to a version before a publish does not hide
+its rows again (RESTORE compares files by path); the change data feed shows each row
+inserted twice (masked, then visible); delta-rs cannot write a table with row tracking,
+deletion vectors, domain metadata or in-commit timestamps (such a table is refused).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+from lakesink.delta.deltars import delta_table
+from lakesink.delta.format import PENDING, VISIBLE
+from lakesink.errors import CommitFailedError, ConfigurationError
+from lakesink.storage.files import read_bytes
+from lakesink.storage.location import join
+
+__all__ = ["Published", "check_partition_types", "check_publishable", "publish"]
+
+log = logging.getLogger(__name__)
+
+# Rounds of publish-then-check before giving up: each is needed only when a rewrite of the
+# pending partition raced the last one.
+PUBLISH_ROUNDS = 5
+# Writer features a delta-rs commit cannot keep (it would refuse or drop them).
+_UNWRITABLE = ("rowTracking", "domainMetadata", "inCommitTimestamp", "deletionVectors")
+_NONCE = "publish_nonce"
+# Types (Arrow's names and Spark's) whose partition values delta-rs hands back in a form
+# that turns back into Delta's own string exactly.
+_EXACT_PARTITION_TYPES = frozenset(
+    {
+        *("string", "large_string", "utf8", "large_utf8", "bool", "date32"),
+        *("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+        *("tinyint", "smallint", "int", "bigint", "boolean", "date"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What one publish did: the rows it made visible, in which table versions."""
+
+    rows: int
+    versions: tuple[int, ...]
+
+
+def check_publishable(path: str) -> None:
+    """Refuse a table whose publish delta-rs could not write exactly.
+
+    Raises:
+        ConfigurationError: The table uses a writer feature delta-rs does not write, or a
+            partition column of a type ``check_partition_types`` refuses.
+    """
+    table = delta_table(path)
+    found = sorted(set(table.protocol().writer_features or []) & set(_UNWRITABLE))
+    if found:
+        raise ConfigurationError(
+            f"the table at {path} uses {', '.join(found)}, which the metadata commit "
+            "(written by delta-rs) cannot keep; use the default commit='merge'"
+        )
+    types = {f.name: str(f.type) for f in pa.schema(table.schema().to_arrow())}
+    check_partition_types(path, {c: types[c] for c in table.metadata().partition_columns})
+
+
+def check_partition_types(path: str, types: Mapping[str, str]) -> None:
+    """Refuse partition columns (name to Arrow or Spark type name) whose values delta-rs
+    hands back in another form than Delta's own (a timestamp, a decimal, a float, binary).
+
+    Raises:
+        ConfigurationError: One is; the message names it.
+    """
+    odd = [
+        f"{column} ({kind})"
+        for column, kind in types.items()
+        if kind.split("[")[0] not in _EXACT_PARTITION_TYPES
+    ]
+    if odd:
+        raise ConfigurationError(
+            f"the table at {path} is partitioned by {', '.join(odd)}: the metadata commit "
+            "copies partition values of strings, integers, dates and booleans only; use "
+            "the default commit='merge'"
+        )
+
+
+def publish(path: str, txn_id: str, user_metadata: str) -> Published:
+    """Make the rows of transaction ``txn_id`` visible with metadata-only Delta commits.
+
+    ``user_metadata`` tags each commit (the audit lines history up with the journal by it).
+
+    Raises:
+        CommitFailedError: Rewrites of the pending partition kept racing every round.
+    """
+    rows, versions, revived = 0, [], []
+    for _ in range(PUBLISH_ROUNDS):
+        table = delta_table(path)
+        read_version = table.version()
+        files = _pending_files(table, txn_id)
+        if not files and not revived:
+            return Published(rows, tuple(versions))
+        nonce = uuid.uuid4().hex
+        actions: list[AddAction | RemoveAction] = [_visible(file) for file in files]
+        actions += [_removal(file) for file in revived]
+        metadata = json.loads(user_metadata) | {_NONCE: nonce}
+        try:
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=table.schema(),
+                partition_by=table.metadata().partition_columns,
+                commit_properties=CommitProperties(
+                    custom_metadata={"userMetadata": json.dumps(metadata, sort_keys=True)}
+                ),
+            )
+        except DeltaCommitFailedError as exc:  # delta-rs found a conflict: nothing landed
+            raise CommitFailedError(
+                f"publishing transaction {txn_id} of {path} conflicted with another commit "
+                f"({exc}); nothing changed, it stays pending: commit again"
+            ) from exc
+        version, removed = _removed_before(path, read_version, nonce, {f["path"] for f in files})
+        versions.append(version)
+        rows += sum(f["num_records"] or 0 for f in files) - sum(
+            f["num_records"] or 0 for f in revived
+        )
+        revived = [file for file in files if file["path"] in removed]
+        if revived:
+            log.warning(
+                "%s: a commit rewrote %d file(s) of transaction %s's pending partition while "
+                "it was published; publishing its new files in their place",
+                path,
+                len(revived),
+                txn_id,
+            )
+    raise CommitFailedError(
+        f"publishing transaction {txn_id} of {path}: its pending partition was rewritten "
+        f"during each of {PUBLISH_ROUNDS} attempts (an OPTIMIZE or DELETE running on it?); "
+        "it stays pending: stop that job and commit again"
+    )
+
+
+def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
+    """The live files of the transaction's pending partition, as delta-rs lists them."""
+    actions = pa.table(table.get_add_actions(flatten=False))
+    if "partition" not in actions.column_names:
+        return []
+    return [
+        file
+        for file in actions.to_pylist()
+        if file["partition"].get(PENDING) == txn_id and file["partition"].get(VISIBLE) is False
+    ]
+
+
+def _visible(file: Mapping[str, Any]) -> AddAction:
+    """The file added again in the committed partition, its statistics carried over."""
+    values = _partition_values(file["partition"])
+    values |= {VISIBLE: "true", PENDING: None}
+    return AddAction(
+        file["path"],
+        file["size_bytes"],
+        values,
+        file["modification_time"],
+        True,
+        _stats(file),
+    )
+
+
+def _removal(file: Mapping[str, Any]) -> RemoveAction:
+    values = _partition_values(file["partition"]) | {VISIBLE: "true", PENDING: None}
+    return RemoveAction(
+        file["path"],
+        True,
+        int(time.time() * 1000),
+        size=file["size_bytes"],
+        partition_values=values,
+    )
+
+
+def _partition_values(partition: Mapping[str, Any]) -> dict[str, str | None]:
+    """Delta's string form of each partition value (types checked by check_publishable)."""
+    values: dict[str, str | None] = {}
+    for column, value in partition.items():
+        if value is None:
+            values[column] = None
+        elif isinstance(value, bool):
+            values[column] = str(value).lower()
+        elif isinstance(value, date):
+            values[column] = value.isoformat()
+        else:
+            values[column] = str(value)
+    return values
+
+
+def _stats(file: Mapping[str, Any]) -> str:
+    """The file's statistics as Delta's JSON: row count, null counts, and the minimum and
+    maximum of each column whose value reads back exactly (numbers, strings, dates).
+
+    A bound left out only stops readers skipping the file on that column; one written in a
+    form Delta parses differently could make them skip rows they need.
+    """
+    stats: dict[str, Any] = {"numRecords": file["num_records"]}
+    if file.get("null_count"):
+        stats["nullCount"] = file["null_count"]
+    for key, out in (("min", "minValues"), ("max", "maxValues")):
+        bounds = _exact(file.get(key) or {})
+        if bounds:
+            stats[out] = bounds
+    return json.dumps(stats, default=_no_json)
+
+
+def _exact(bounds: Mapping[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for column, value in bounds.items():
+        if isinstance(value, Mapping):
+            nested = _exact(value)
+            if nested:
+                kept[column] = nested
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, (int, str)) or (isinstance(value, float) and math.isfinite(value)):
+            kept[column] = value
+        elif type(value) is date:
+            kept[column] = value.isoformat()
+    return kept
+
+
+def _no_json(value: object) -> object:
+    raise TypeError(f"cannot write {value!r} into Delta statistics")
+
+
+def _removed_before(
+    path: str, read_version: int, nonce: str, paths: Iterable[str]
+) -> tuple[int, set[str]]:
+    """The version of the commit tagged ``nonce``, and which of ``paths`` the commits
+    between ``read_version`` and it removed."""
+    wanted, removed = set(paths), set()
+    version = read_version + 1
+    while True:
+        try:
+            content = read_bytes(join(path, "_delta_log", f"{version:020d}.json"))
+        except FileNotFoundError:
+            raise CommitFailedError(
+                f"publishing into {path}: delta-rs reported its commit, but no log version "
+                f"after {read_version} carries it; commit again (it is idempotent)"
+            ) from None
+        actions = [json.loads(line) for line in content.decode().splitlines() if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if nonce in str(info.get("userMetadata", "")):
+            return version, removed
+        removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted
+        version += 1
