@@ -207,6 +207,11 @@ def _summary(report: VacuumReport) -> str:
                 f"  compacted the {part.what}: {part.files_removed} of {part.files_before} "
                 f"file(s) rewritten into {part.files_added}"
             )
+    for txn_id in report.republished_txn_ids:
+        lines.append(
+            f"  {'would publish' if report.dry_run else 'published'} {txn_id} again: committed, "
+            "but a rewrite of its pending partition had masked rows of it"
+        )
     for txn_id in report.skipped_txn_ids:
         lines.append(f"  skipped {txn_id}: aborted, but pre-committed once; left for recovery")
     return "\n".join(lines)

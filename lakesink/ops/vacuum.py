@@ -9,15 +9,17 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    journal shows a commit decided for (``committing``/``committed``: something is
    inconsistent, leave it to a human). An aborted transaction that had been pre-committed
    (recovery aborts those whose checkpoint never completed) is removed. Count the masked
-   rows of the rest and the files holding them, from the table's log.
+   rows of the rest and the files holding them, from the table's log. Find the committed
+   transactions whose pending partition still holds files (a rewrite of it landed after
+   their metadata commit, ``lakesink.delta.publish``).
 2. Execute: journal the expired ones aborted, then read the journal again and keep out
    every expired one that was pre-committed in the meantime (its writer lives on, recovery
    may commit it; invariant 3).
-3. One DELETE of exactly the masked rows of the remaining transactions, a predicate on
-   partition columns only: Delta removes their pending partitions' files from the log
-   without reading them, and concurrent appends and commits into other partitions never
-   conflict with it; write conflicts are retried with backoff. One journal event per
-   vacuumed transaction.
+3. Publish those committed leftovers again (metadata commits). One DELETE of exactly the
+   masked rows of the remaining transactions, a predicate on partition columns only: Delta
+   removes their pending partitions' files from the log without reading them, and
+   concurrent appends and commits into other partitions never conflict with it; write
+   conflicts are retried with backoff. One journal event per vacuumed transaction.
 4. Compaction (``lakesink.ops.compact``, unless turned off): OPTIMIZE of the committed
    partition and of the journal, which gain a small file per checkpoint.
 5. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
@@ -46,6 +48,7 @@ from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.deltars import partition_files
 from lakesink.delta.format import PENDING, VISIBLE, commit_metadata, read_sink_table
 from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
+from lakesink.delta.publish import publish
 from lakesink.delta.sink import writer_lock
 from lakesink.delta.spark import (
     CommitRetry,
@@ -118,6 +121,9 @@ class VacuumPlan:
             them, or (expired ones) their writer still runs.
         already_vacuumed: Aborted transactions whose rows an earlier run removed.
         compaction: The tables to compact, with their file counts (empty: not compacting).
+        unpublished: Committed transactions whose pending partition still holds files: a
+            rewrite of that partition landed after their metadata commit
+            (``lakesink.delta.publish``, scenario 3). They are published again.
     """
 
     table_path: str
@@ -133,6 +139,7 @@ class VacuumPlan:
     skipped_txn_ids: tuple[str, ...]
     already_vacuumed: int
     compaction: tuple[Compaction, ...] = ()
+    unpublished: tuple[TransactionStatus, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +160,8 @@ class VacuumReport:
             them, or (expired ones) their writer still runs or pre-committed them after
             the plan read the journal.
         compaction: What compaction did to each table (a dry run: their file counts).
+        republished_txn_ids: Committed transactions whose masked leftovers this run made
+            visible (a dry run: would make).
     """
 
     table_path: str
@@ -165,6 +174,7 @@ class VacuumReport:
     bytes_removed: int
     skipped_txn_ids: tuple[str, ...] = ()
     compaction: tuple[Compaction, ...] = ()
+    republished_txn_ids: tuple[str, ...] = ()
 
     @property
     def txn_ids(self) -> tuple[str, ...]:
@@ -301,6 +311,15 @@ def plan_vacuum(
     )
     log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
     counts, files = _scan(spark, path, targets) if targets else ({}, set())
+    committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
+    left = partition_files(path, PENDING, committed) if committed else {}
+    if left:
+        log.warning(
+            "%s: %d committed transaction(s) still have masked files (a rewrite of their "
+            "pending partition landed after their metadata commit); publishing them again",
+            prefix,
+            len(left),
+        )
     return VacuumPlan(
         table_path=path,
         sink_id=sink_id,
@@ -314,6 +333,7 @@ def plan_vacuum(
         files=frozenset(files),
         skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
         already_vacuumed=already,
+        unpublished=tuple(committed[txn_id] for txn_id in sorted(left)),
         compaction=(
             tuple(plan_compaction(path, journal.path, min_files=compact_min_files))
             if compact
@@ -343,6 +363,9 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
             [now_known.get(s.txn_id, s) for s in targets], expired_ids, prefix
         )
         skipped.extend(late)
+    for s in plan.unpublished:
+        detail = {"checkpoint_id": s.checkpoint_id, "txn_id": s.txn_id, "writer_id": s.writer_id}
+        publish(plan.table_path, s.txn_id, commit_metadata("commit", plan.sink_id, **detail))
     rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
     if targets:
         log.info(
@@ -437,6 +460,7 @@ def _report(
         bytes_removed=size,
         skipped_txn_ids=plan.skipped_txn_ids,
         compaction=plan.compaction,
+        republished_txn_ids=tuple(s.txn_id for s in plan.unpublished),
     )
     log.info(
         "vacuum %s%s: %s %d row(s) of %d transaction(s), %d file(s), %d bytes",
