@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--journal", help="journal table (default: beside the table)")
     parser.add_argument(
+        "--commit",
+        choices=("merge", "metadata"),
+        default="merge",
+        help="how a checkpoint is made visible: a Delta MERGE that rewrites its rows "
+        "(default), or a metadata commit that adds its files again as committed "
+        "(milliseconds; see the README's commit modes)",
+    )
+    parser.add_argument(
         "--suite",
         metavar="FILE",
         help="Great Expectations suite (JSON) every batch's orders must pass before they "
@@ -193,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         app_name=f"lakesink-{args.job_id}",
         packages=[KAFKA_CONNECTOR] if args.kafka else [],
     )
-    options = SinkOptions(journal_path=args.journal)
+    options = SinkOptions(journal_path=args.journal, commit=args.commit)
     checkpoint_location = join(normalize(args.state), args.job_id)
     stream = _kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args)
     batches: list[int] = []
