@@ -124,3 +124,13 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
     request.getfixturevalue("s3_server")
     return s3_uri("lake")
+
+
+@pytest.fixture(params=["merge", "metadata"])
+def commit(request: pytest.FixtureRequest) -> str:
+    """A sink's commit mode (``SinkOptions.commit``): the MERGE, then the metadata commit.
+
+    The guarantees both modes keep (crashes at every step, several writers, readers during
+    commits, the downstream stream) take it, so each holds in both.
+    """
+    return request.param

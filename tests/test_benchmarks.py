@@ -88,6 +88,7 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _positive(row, "plain_append_s", "pre_commit_s", "commit_s", "total_ratio")
         _ratio_of(row, "pre_commit_ratio", "pre_commit_s", "plain_append_s")
         _ratio_of(row, "commit_ratio", "commit_s", "plain_append_s")
+        _positive(row, "metadata_commit_s", "metadata_total_ratio")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
     commits = sections["commit_vs_size"]["rows"]
@@ -95,6 +96,7 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
     for row in commits:
         _positive(row, "commit_s", "plain_append_s", "merge_s", "files_removed", "files_added")
         _ratio_of(row, "ratio", "commit_s", "plain_append_s")
+        _ratio_of(row, "metadata_ratio", "metadata_commit_s", "plain_append_s")
 
     history = sections["commit_vs_history"]["rows"]
     assert [r["history"] for r in history] == list(QUICK.history)
@@ -138,6 +140,7 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
     for row in streamed:
         _positive(row, "foreach_batch_s", "lakesink_s")
         _ratio_of(row, "ratio", "lakesink_s", "foreach_batch_s")
+        _ratio_of(row, "metadata_ratio", "metadata_s", "foreach_batch_s")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
     whole = sections["checkpoint"]["rows"]  # every table's rows were checked by the run

@@ -77,8 +77,8 @@ def open_sink(spark, table, **options) -> DeltaSink:
     return DeltaSink.open(spark, str(table), **options)
 
 
-def test_rows_are_visible_only_after_the_commit(spark, table):
-    sink = open_sink(spark, table)
+def test_rows_are_visible_only_after_the_commit(spark, table, commit):
+    sink = open_sink(spark, table, commit=commit)
     sink.write(rows(spark, [1, 2, 3]))
     checkpoint = sink.checkpoint()
 
@@ -171,13 +171,13 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
     ],
 )
 def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
-    spark, table, crash_at, precommitted
+    spark, table, crash_at, precommitted, commit
 ):
     def crash(step, checkpoint_id):
         if step == crash_at and checkpoint_id == 2:
             raise Crash(step)
 
-    sink = open_sink(spark, table, step_hook=crash)
+    sink = open_sink(spark, table, step_hook=crash, commit=commit)
     sink.write(rows(spark, [1, 2]))
     sink.notify_checkpoint_complete(sink.checkpoint())
     with pytest.raises(Crash):
@@ -190,7 +190,7 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
         sink.notify_checkpoint_complete(checkpoint)
     del sink
 
-    restored = open_sink(spark, table)
+    restored = open_sink(spark, table, commit=commit)
     journal = states(restored)
     # How the test knows nothing is lost: a checkpoint that recovery did not commit was
     # aborted, and its input is replayed, as a source restored to the last checkpoint would.
@@ -293,9 +293,9 @@ def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark,
     replay.close()
 
 
-def test_two_writers_into_one_checkpoint(spark, table):
-    a = open_sink(spark, table, writer_id="a")
-    b = open_sink(spark, table, writer_id="b")
+def test_two_writers_into_one_checkpoint(spark, table, commit):
+    a = open_sink(spark, table, writer_id="a", commit=commit)
+    b = open_sink(spark, table, writer_id="b", commit=commit)
     assert a.current_checkpoint_id == b.current_checkpoint_id == 1
 
     a.write(rows(spark, [1, 2]))
@@ -309,9 +309,9 @@ def test_two_writers_into_one_checkpoint(spark, table):
     b.close()
 
 
-def test_commit_while_another_writer_keeps_appending(spark, table):
-    committer = open_sink(spark, table, writer_id="committer")
-    appender = open_sink(spark, table, writer_id="appender")
+def test_commit_while_another_writer_keeps_appending(spark, table, commit):
+    committer = open_sink(spark, table, writer_id="committer", commit=commit)
+    appender = open_sink(spark, table, writer_id="appender", commit=commit)
     committer.write(rows(spark, range(0, 100)))
     checkpoint = committer.checkpoint()
     stop = threading.Event()
@@ -339,9 +339,9 @@ def test_commit_while_another_writer_keeps_appending(spark, table):
     appender.close()
 
 
-def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table):
-    sink = open_sink(spark, table)
-    ghost = open_sink(spark, table, writer_id="ghost")
+def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table, commit):
+    sink = open_sink(spark, table, commit=commit)
+    ghost = open_sink(spark, table, writer_id="ghost", commit=commit)
     ghost.write(rows(spark, [-1]))
     ghost.checkpoint()  # pre-committed, never notified: its row must never show
     ghost.write(rows(spark, [-2]))  # open, never pre-committed

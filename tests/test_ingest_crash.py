@@ -5,7 +5,8 @@ left and is itself killed at the next point; a last run finishes. The points: af
 batch's pre-commit, before Spark's commit log entry (the batch is replayed: a new
 transaction under the same batch id); after the commit log entry, before lakesink's commit
 (committed on restart); and during the commit's MERGE, in the recovery of a restart that
-has no new input. Kafka gets its own chain over a real broker. (A kill during a batch's
+has no new input. The chain runs on local disk with the MERGE commit and on the S3 server
+with the metadata commit. Kafka gets its own chain over a real broker. (A kill during a batch's
 write is one more replay; ``test_delta_sink.py`` crashes every sink step in process.)
 
 How the tests know nothing is lost or duplicated: each run really died by the signal at
@@ -187,21 +188,32 @@ def run_chain(
     )
 
 
-# Session scope, one xdist group per store: each chain runs once even if xdist interleaves
+# Each store with one commit mode: every kill hits both stores and both modes, in two chains
+# rather than four.
+CHAINS = list(zip(STORES, ("merge", "metadata"), strict=True))
+
+
+# Session scope, one xdist group per chain: each chain runs once even if xdist interleaves
 # other modules' tests on its worker, and the two chains run on two workers.
 @pytest.fixture(
     scope="session",
     params=[
-        pytest.param(store, marks=pytest.mark.xdist_group(f"ingest_crash_{store}"))
-        for store in STORES
+        pytest.param(
+            (store, commit),
+            id=f"{store}-{commit}",
+            marks=pytest.mark.xdist_group(f"ingest_crash_{store}"),
+        )
+        for store, commit in CHAINS
     ],
 )
 def chain(spark, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Chain:
-    """The chain with its tables and state on local disk, then on the S3 server."""
+    """The chain with its tables and state on local disk, committed by MERGE; then on the S3
+    server, committed by metadata (``--commit metadata``)."""
+    store, commit = request.param
     tmp_path = tmp_path_factory.mktemp("ingest-crash")
     generate(tmp_path)
-    lake = s3_uri("ingest-crash") if request.param == "s3" else str(tmp_path)
-    return run_chain(spark, tmp_path, CRASH_POINTS, lake=lake)
+    lake = s3_uri("ingest-crash") if store == "s3" else str(tmp_path)
+    return run_chain(spark, tmp_path, CRASH_POINTS, (), "--commit", commit, lake=lake)
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,7 @@ def test_the_readme_examples_run(engine, orders, capsys):
         assert re.search(r"c0\s*┆\s*12\.0", printed) and re.search(r"c1\s*┆\s*9\.0", printed)
 
 
-def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path):
+def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path, commit):
     from lakesink.delta.readers import committed_stream
     from lakesink.ops.vacuum import vacuum
 
@@ -132,7 +132,7 @@ def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, 
         assert query.exception() is None
         return sorted(r.order_id for r in spark.read.format("delta").load(str(silver)).collect())
 
-    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_stream")
+    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_stream", commit=commit)
     for first in (1, 3):
         sink.write(spark.createDataFrame([(first, "c", 1.0), (first + 1, "c", 1.0)], SCHEMA))
         sink.notify_checkpoint_complete(sink.checkpoint())

@@ -1,0 +1,243 @@
+"""The metadata commit (``commit="metadata"``): a checkpoint published by re-adding its
+files with the committed partition's values, on a real Spark session and real Delta tables.
+
+The guarantees both commit modes share (crashes at every step, several writers, readers
+during commits, the downstream stream, the vacuum) are parametrized over both modes where
+they are tested (test_delta_sink, test_readers, test_ingest_crash); here are the ones
+particular to this mode: no row rewritten, statistics kept, racing publishes, and rewrites
+of a pending partition racing the publish from either side.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+import lakesink.delta.publish as publish_module
+from lakesink import committed
+from lakesink.delta.format import PENDING, VISIBLE, commit_metadata
+from lakesink.delta.publish import publish
+from lakesink.delta.sink import DeltaSink
+from lakesink.errors import ConfigurationError
+from lakesink.ops.vacuum import vacuum
+from lakesink.readers import arrow
+
+SCHEMA = "order_id BIGINT, item STRING"
+
+
+def open_sink(spark, table: Path, **options) -> DeltaSink:
+    options.setdefault("schema", SCHEMA)
+    options.setdefault("view_name", f"v_{table.parent.name}")
+    return DeltaSink.open(spark, str(table), commit="metadata", **options)
+
+
+def write(spark, sink: DeltaSink, ids, parts: int = 2) -> None:
+    """Rows in ``parts`` files of order ranges, so a pending partition has several files
+    to compact, and each its own minimum and maximum."""
+    frame = spark.createDataFrame([(i, f"item-{i}") for i in ids], SCHEMA)
+    sink.write(frame.repartitionByRange(parts, "order_id"))
+
+
+def visible_ids(spark, table: Path, version: int | None = None) -> Counter:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    frame = reader.load(str(table)).where(f"{VISIBLE} = true")
+    return Counter(r.order_id for r in frame.collect())
+
+
+def live_files(table: Path) -> dict[str, dict]:
+    actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()
+    return {a["path"]: a for a in actions}
+
+
+def pending_txn(sink: DeltaSink, checkpoint_id: int) -> str:
+    (txn,) = [
+        s.txn_id
+        for s in sink.journal.transactions(sink.sink_id)
+        if s.checkpoint_id == checkpoint_id
+    ]
+    return txn
+
+
+def test_a_publish_rewrites_no_row_and_keeps_each_files_statistics(spark, tmp_path):
+    table = tmp_path / "orders"
+    sink = open_sink(spark, table)
+    write(spark, sink, range(100))
+    checkpoint = sink.checkpoint()
+    before = live_files(table)
+    version = DeltaTable(str(table)).version()
+
+    sink.notify_checkpoint_complete(checkpoint)
+
+    after = live_files(table)
+    assert set(after) == set(before)  # the same files: none written, none removed
+    for path, file in after.items():
+        assert file[f"partition.{VISIBLE}"] is True and file[f"partition.{PENDING}"] is None
+        for stat in ("num_records", "min.order_id", "max.order_id", "null_count.order_id"):
+            assert file[stat] == before[path][stat], (path, stat)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where(f"version > {version}")
+    (entry,) = history.collect()  # one Delta commit, no MERGE
+    assert entry.operation == "WRITE" and '"lakesink": "commit"' in entry.userMetadata
+    # Data skipping still works on the carried statistics: one file holds order 7.
+    assert len(committed(spark, str(table)).where("order_id = 7").inputFiles()) == 1
+    assert visible_ids(spark, table) == Counter(range(100))
+    # Time travel before the publish shows the checkpoint pending, as with the MERGE.
+    assert visible_ids(spark, table, version) == Counter()
+    sink.close()
+
+
+def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_once(spark, tmp_path):
+    table = tmp_path / "orders"
+    sink = open_sink(spark, table)
+    for n in range(3):
+        write(spark, sink, range(n * 10, n * 10 + 10))
+        sink.notify_checkpoint_complete(sink.checkpoint())
+    write(spark, sink, range(30, 40))
+    checkpoint = sink.checkpoint()
+    txn = pending_txn(sink, checkpoint)
+    # Its pending add goes into a log checkpoint, its re-add into a JSON commit after it:
+    # a reader that prunes by partition before reconciling the two would see the old add.
+    DeltaTable(str(table)).create_checkpoint()
+    sink.notify_checkpoint_complete(checkpoint)
+    write(spark, sink, [1000])
+    sink.checkpoint()  # pending: the Arrow reader must not show it
+
+    assert Counter(arrow(str(table)).column("order_id").to_pylist()) == Counter(range(40))
+    reader = DeltaTable(str(table))
+    assert reader.file_uris(file_pruning_predicate=[(PENDING, "=", txn)]) == []
+    assert len(reader.file_uris(file_pruning_predicate=[(VISIBLE, "=", True)])) == 8
+    sink.close()
+
+
+def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_path):
+    table = tmp_path / "orders"
+    sink = open_sink(spark, table)
+    write(spark, sink, range(50), parts=4)
+    checkpoint = sink.checkpoint()
+    txn = pending_txn(sink, checkpoint)
+    metadata = commit_metadata("commit", sink.sink_id, checkpoint_id=checkpoint, txn_id=txn)
+    results, start = [], threading.Barrier(3)
+
+    def racer() -> None:
+        start.wait()
+        results.append(publish(str(table), txn, metadata))
+
+    racers = [threading.Thread(target=racer) for _ in range(3)]
+    for thread in racers:
+        thread.start()
+    for thread in racers:
+        thread.join()
+
+    assert len(results) == 3
+    assert visible_ids(spark, table) == Counter(range(50))  # each row once
+    sink.notify_checkpoint_complete(checkpoint)  # the sink's own commit finds nothing left
+    assert visible_ids(spark, table) == Counter(range(50))
+    assert sum(r.rows for r in results) >= 50  # the winners' re-adds, counted per racer
+    sink.close()
+
+
+def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates_nothing(
+    spark, tmp_path, monkeypatch, caplog
+):
+    table = tmp_path / "orders"
+    sink = open_sink(spark, table)
+    write(spark, sink, range(40), parts=4)
+    checkpoint = sink.checkpoint()
+    txn = pending_txn(sink, checkpoint)
+    first = DeltaTable(str(table)).version()
+    read = publish_module._pending_files
+    raced = []
+
+    def read_then_optimize(delta_table, txn_id):
+        files = read(delta_table, txn_id)
+        if not raced:  # a real OPTIMIZE of the partition, after the publish read it
+            raced.append(spark.sql(f"OPTIMIZE delta.`{table}` WHERE {PENDING} = '{txn}'").first())
+        return files
+
+    monkeypatch.setattr(publish_module, "_pending_files", read_then_optimize)
+    with caplog.at_level(logging.WARNING, logger="lakesink.delta.publish"):
+        sink.notify_checkpoint_complete(checkpoint)
+
+    assert raced and raced[0].metrics.numFilesRemoved == 4
+    assert "rewrote 4 file(s)" in caplog.text
+    last = DeltaTable(str(table)).version()
+    # Every version a reader could have read shows the checkpoint not at all, or once.
+    for version in range(first, last + 1):
+        assert visible_ids(spark, table, version) in (Counter(), Counter(range(40))), version
+    assert visible_ids(spark, table) == Counter(range(40))
+    assert all(f[f"partition.{VISIBLE}"] for f in live_files(table).values())
+    sink.close()
+
+
+def test_a_rewrite_landing_after_the_publish_masks_nothing_for_good(spark, tmp_path):
+    """Scenario 3: a rewrite read the pending partition before the publish and commits after
+    it (here by delta-rs, from its older snapshot): it removes the published files and keeps
+    their rows in a masked file. The vacuum finds the committed transaction's leftovers and
+    publishes them again."""
+    table = tmp_path / "orders"
+    sink = open_sink(spark, table)
+    write(spark, sink, range(30), parts=3)
+    checkpoint = sink.checkpoint()
+    txn = pending_txn(sink, checkpoint)
+    stale = DeltaTable(str(table))  # the rewrite's snapshot, taken before the publish
+    old = [f for f in live_files(table).values() if f[f"partition.{PENDING}"] == txn]
+    merged = pa.concat_tables([pq.read_table(table / f["path"]) for f in old])
+    new_path = f"{VISIBLE}=false/{PENDING}={txn}/part-rewrite-{uuid.uuid4().hex}.parquet"
+    pq.write_table(merged, table / new_path)
+
+    sink.notify_checkpoint_complete(checkpoint)
+    assert visible_ids(spark, table) == Counter(range(30))
+
+    pending = {VISIBLE: "false", PENDING: txn}
+    stale.create_write_transaction(
+        [
+            AddAction(
+                new_path,
+                (table / new_path).stat().st_size,
+                pending,
+                0,
+                False,
+                f'{{"numRecords": {merged.num_rows}}}',
+            ),
+            *(
+                RemoveAction(f["path"], False, 0, size=f["size_bytes"], partition_values=pending)
+                for f in old
+            ),
+        ],
+        mode="append",
+        schema=stale.schema(),
+        partition_by=stale.metadata().partition_columns,
+    )
+    assert visible_ids(spark, table) == Counter()  # masked again by the late rewrite
+
+    planned = vacuum(spark, str(table), dry_run=True)
+    assert planned.republished_txn_ids == (txn,)
+    assert visible_ids(spark, table) == Counter()  # a dry run changes nothing
+
+    report = vacuum(spark, str(table))
+    assert report.republished_txn_ids == (txn,)
+    assert visible_ids(spark, table) == Counter(range(30))  # each row once, none lost
+    assert vacuum(spark, str(table)).republished_txn_ids == ()
+    sink.close()
+
+
+def test_a_table_the_metadata_commit_cannot_write_exactly_is_refused(spark, tmp_path):
+    table = tmp_path / "events"
+    schema = "event_id BIGINT, at TIMESTAMP"
+    with pytest.raises(ConfigurationError, match=r"partitioned by at \(timestamp"):
+        DeltaSink.open(
+            spark, str(table), schema=schema, view_name="v_events", commit="metadata",
+            partition_by=("at",),
+        )  # fmt: skip
+    with pytest.raises(ConfigurationError, match=r"unknown commit mode 'fast'"):
+        DeltaSink.open(spark, str(tmp_path / "t2"), schema=SCHEMA, commit="fast")
