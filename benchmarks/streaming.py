@@ -51,6 +51,7 @@ class StreamPoint:
     batches: int
     foreach_batch: Timing
     lakesink: Timing
+    lakesink_metadata: Timing  # the same query, its sink committing by metadata
 
 
 def measure(
@@ -72,7 +73,11 @@ def measure(
         def lakesink(given=given) -> dict[str, float]:
             return {"lakesink": lakesink_seconds(spark, workspace, given)}
 
-        timings = alternate(repetitions, plain, lakesink)
+        def metadata(given=given) -> dict[str, float]:
+            seconds = lakesink_seconds(spark, workspace, given, commit="metadata")
+            return {"lakesink_metadata": seconds}
+
+        timings = alternate(repetitions, plain, lakesink, metadata)
         data.unpersist()
         workspace.drop(given.files)
         points.append(StreamPoint(rows=rows, batches=batches, **timings))
@@ -119,14 +124,17 @@ def foreach_batch_seconds(spark: SparkSession, folders: Folders, given: StreamIn
     return seconds / given.batches
 
 
-def lakesink_seconds(spark: SparkSession, folders: Folders, given: StreamInput) -> float:
-    """Seconds a batch of a ``StreamingSink`` query over ``given``, its last commit included.
+def lakesink_seconds(
+    spark: SparkSession, folders: Folders, given: StreamInput, *, commit: str = "merge"
+) -> float:
+    """Seconds a batch of a ``StreamingSink`` query over ``given``, its last commit included;
+    ``commit`` is the sink's commit mode.
 
     Its table and checkpoint location go in a fresh folder of ``folders`` (local, or on an
     object store), dropped once the committed rows were checked.
     """
     folder = folders.folder(f"stream-lakesink-{given.rows}")
-    seconds = timed(lambda: _lakesink_query(spark, given.stream(spark), folder))
+    seconds = timed(lambda: _lakesink_query(spark, given.stream(spark), folder, commit))
     check_rows(
         committed(spark, join(folder, "table")),
         given.rows * given.batches,
@@ -139,7 +147,11 @@ def lakesink_seconds(spark: SparkSession, folders: Folders, given: StreamInput) 
 def streaming_section(points: Sequence[StreamPoint]) -> Section:
     """Section 6: StreamingSink per micro-batch against Delta's idempotent foreachBatch."""
     rows = [
-        versus("foreach_batch", p.foreach_batch, p.lakesink, rows=p.rows, batches=p.batches)
+        {
+            **versus("foreach_batch", p.foreach_batch, p.lakesink, rows=p.rows, batches=p.batches),
+            "metadata_s": p.lakesink_metadata.median,
+            "metadata_ratio": p.lakesink_metadata.median / p.foreach_batch.median,
+        }
         for p in points
     ]
     return Section(
@@ -150,8 +162,10 @@ def streaming_section(points: Sequence[StreamPoint]) -> Section:
             Column("rows", "rows a batch", "int"),
             Column("batches", "batches", "int"),
             Column("foreach_batch_s", "foreachBatch + txnVersion, a batch", "seconds"),
-            Column("lakesink_s", "StreamingSink, a batch", "seconds"),
-            Column("ratio", "ratio", "ratio"),
+            Column("lakesink_s", "StreamingSink (MERGE), a batch", "seconds"),
+            Column("ratio", "ratio (MERGE)", "ratio"),
+            Column("metadata_s", "StreamingSink (metadata), a batch", "seconds"),
+            Column("metadata_ratio", "ratio (metadata)", "ratio"),
         ),
         rows=tuple(rows),
     )
@@ -174,7 +188,7 @@ def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
     query.trigger(availableNow=True).start().awaitTermination()
 
 
-def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str) -> None:
+def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str, commit: str) -> None:
     location = join(folder, "checkpoint")
     with StreamingSink(
         spark,
@@ -182,6 +196,7 @@ def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str) -> None
         checkpoint_location=location,
         schema=stream.schema,
         view_name="lakesink_bench_stream",
+        commit=commit,
     ) as sink:
         query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", location)
         query.trigger(availableNow=True).start().awaitTermination()

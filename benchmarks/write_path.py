@@ -3,7 +3,9 @@
 One measurement serves both. For each size, every repetition appends the rows to a fresh
 plain Delta table (the baseline) and, into a fresh lakesink table, writes and pre-commits
 them (``sink.write`` + ``sink.checkpoint()``: the masked append and its journal records),
-then commits them (``sink.notify_checkpoint_complete``: the MERGE flip and its record).
+then commits them (``sink.notify_checkpoint_complete``: the MERGE flip and its record); and
+the same again into a third table whose sink commits by metadata (``commit="metadata"``: the
+files added again as visible).
 """
 
 from __future__ import annotations
@@ -46,12 +48,20 @@ class WritePoint:
     plain_append: Timing
     pre_commit: Timing
     commit: Timing
+    metadata_pre_commit: Timing
+    metadata_commit: Timing
     merge_metrics: dict[str, str]
 
     @property
     def total(self) -> float:
         """Median of pre-commit + commit, repetition by repetition."""
         pairs = zip(self.pre_commit.samples, self.commit.samples, strict=True)
+        return statistics.median(p + c for p, c in pairs)
+
+    @property
+    def metadata_total(self) -> float:
+        """The same with the metadata commit."""
+        pairs = zip(self.metadata_pre_commit.samples, self.metadata_commit.samples, strict=True)
         return statistics.median(p + c for p, c in pairs)
 
 
@@ -74,7 +84,11 @@ def measure(
         def lakesink(data=data, rows=rows, merge_metrics=merge_metrics) -> dict[str, float]:
             return pre_commit_and_commit(spark, workspace, data, rows, merge_metrics)
 
-        timings = alternate(repetitions, plain, lakesink)
+        def metadata(data=data, rows=rows) -> dict[str, float]:
+            timed = pre_commit_and_commit(spark, workspace, data, rows, commit="metadata")
+            return {f"metadata_{name}": seconds for name, seconds in timed.items()}
+
+        timings = alternate(repetitions, plain, lakesink, metadata)
         data.unpersist()
         points[rows] = WritePoint(rows=rows, merge_metrics=merge_metrics, **timings)
     return points
@@ -86,19 +100,22 @@ def pre_commit_and_commit(
     data: DataFrame,
     rows: int,
     merge_metrics: dict[str, str] | None = None,
+    *,
+    commit: str = "merge",
 ) -> dict[str, float]:
     """One repetition of lakesink's side, into a fresh table in one of ``folders``.
 
     Times the pre-commit (``sink.write`` + ``sink.checkpoint()``) and the commit
     (``sink.notify_checkpoint_complete``) of ``data``; opening the sink is not timed. Puts
     the commit's MERGE metrics into ``merge_metrics`` when given, then drops the table.
+    ``commit`` is the sink's commit mode.
 
     Returns:
         The seconds of ``pre_commit`` and of ``commit``.
     """
     folder = folders.folder(f"sink-{rows}")
     path = join(folder, "orders")
-    sink = open_sink(spark, path, data.schema)
+    sink = open_sink(spark, path, data.schema, commit=commit)
     checkpoints: list[int] = []
 
     def pre_commit_rows() -> None:
@@ -127,9 +144,11 @@ def write_path_section(points: Sequence[WritePoint]) -> Section:
                 "plain_append_s": base,
                 "pre_commit_s": p.pre_commit.median,
                 "commit_s": p.commit.median,
+                "metadata_commit_s": p.metadata_commit.median,
                 "pre_commit_ratio": p.pre_commit.median / base,
                 "commit_ratio": p.commit.median / base,
                 "total_ratio": p.total / base,
+                "metadata_total_ratio": p.metadata_total / base,
                 "samples": _samples(p),
             }
         )
@@ -141,10 +160,12 @@ def write_path_section(points: Sequence[WritePoint]) -> Section:
             Column("rows", "rows", "int"),
             Column("plain_append_s", "plain append", "seconds"),
             Column("pre_commit_s", "pre-commit", "seconds"),
-            Column("commit_s", "commit", "seconds"),
+            Column("commit_s", "commit (MERGE)", "seconds"),
+            Column("metadata_commit_s", "commit (metadata)", "seconds"),
             Column("pre_commit_ratio", "pre-commit ratio", "ratio"),
-            Column("commit_ratio", "commit ratio", "ratio"),
-            Column("total_ratio", "pre-commit + commit ratio", "ratio"),
+            Column("commit_ratio", "commit ratio (MERGE)", "ratio"),
+            Column("total_ratio", "pre-commit + commit ratio (MERGE)", "ratio"),
+            Column("metadata_total_ratio", "pre-commit + commit ratio (metadata)", "ratio"),
         ),
         rows=tuple(rows),
     )
@@ -161,6 +182,8 @@ def commit_section(points: Sequence[WritePoint]) -> Section:
                 "commit_s": p.commit.median,
                 "plain_append_s": p.plain_append.median,
                 "ratio": p.commit.median / p.plain_append.median,
+                "metadata_commit_s": p.metadata_commit.median,
+                "metadata_ratio": p.metadata_commit.median / p.plain_append.median,
                 "merge_s": _seconds(m.get("executionTimeMs")),
                 "merge_scan_s": _seconds(m.get("scanTimeMs")),
                 "merge_rewrite_s": _seconds(m.get("rewriteTimeMs")),
@@ -176,8 +199,10 @@ def commit_section(points: Sequence[WritePoint]) -> Section:
         columns=(
             Column("rows", "rows", "int"),
             Column("plain_append_s", "plain append", "seconds"),
-            Column("commit_s", "commit", "seconds"),
-            Column("ratio", "ratio", "ratio"),
+            Column("commit_s", "commit (MERGE)", "seconds"),
+            Column("ratio", "ratio (MERGE)", "ratio"),
+            Column("metadata_commit_s", "commit (metadata)", "seconds"),
+            Column("metadata_ratio", "ratio (metadata)", "ratio"),
             Column("merge_s", "of which MERGE", "seconds"),
             Column("merge_scan_s", "MERGE scan", "seconds"),
             Column("merge_rewrite_s", "MERGE rewrite", "seconds"),
@@ -193,6 +218,8 @@ def _samples(point: WritePoint) -> dict[str, list[float]]:
         "plain_append": list(point.plain_append.samples),
         "pre_commit": list(point.pre_commit.samples),
         "commit": list(point.commit.samples),
+        "metadata_pre_commit": list(point.metadata_pre_commit.samples),
+        "metadata_commit": list(point.metadata_commit.samples),
     }
 
 
