@@ -28,6 +28,7 @@ from lakesink.delta.format import PENDING, VISIBLE, commit_metadata
 from lakesink.delta.publish import publish
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
+from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers import arrow
 
@@ -93,6 +94,9 @@ def test_a_publish_rewrites_no_row_and_keeps_each_files_statistics(spark, tmp_pa
     assert visible_ids(spark, table) == Counter(range(100))
     # Time travel before the publish shows the checkpoint pending, as with the MERGE.
     assert visible_ids(spark, table, version) == Counter()
+    report = audit_table(spark, str(table))  # the audit lines the publish up with the journal
+    assert report.passed, [str(c) for c in report.checks]
+    assert [a.commit_version for a in report.timeline] == [version + 1]
     sink.close()
 
 

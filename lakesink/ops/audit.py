@@ -186,7 +186,8 @@ class TransactionAudit:
         row_count: The rows the journal recorded at pre-commit.
         visible_rows, masked_rows: Its rows in the table at the snapshot's version.
         vacuumed: The vacuum job removed its rows.
-        commit_version: The Delta version whose MERGE made its rows visible.
+        commit_version: The Delta version whose commit (a MERGE, or a metadata commit) made
+            its rows visible.
         vacuum_version: The Delta version whose DELETE removed its rows.
         last_error: The latest error journaled for it.
         validation: Its latest validation report (JSON), if it was validated.
