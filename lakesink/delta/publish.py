@@ -49,6 +49,7 @@ from datetime import date
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
@@ -186,11 +187,12 @@ def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
     actions = pa.table(table.get_add_actions(flatten=False))
     if "partition" not in actions.column_names:
         return []
-    return [
-        file
-        for file in actions.to_pylist()
-        if file["partition"].get(PENDING) == txn_id and file["partition"].get(VISIBLE) is False
-    ]
+    partition = actions.column("partition")
+    mine = pc.and_(
+        pc.equal(pc.struct_field(partition, PENDING), txn_id),
+        pc.equal(pc.struct_field(partition, VISIBLE), False),
+    )
+    return actions.filter(pc.fill_null(mine, False)).to_pylist()
 
 
 def _visible(file: Mapping[str, Any]) -> AddAction:
