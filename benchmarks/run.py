@@ -123,8 +123,8 @@ FULL = Suite(
     repetitions=3,
 )
 QUICK = Suite(
-    write_rows=(10_000, 50_000),
-    commit_rows=(10_000, 50_000),
+    write_rows=(10_000,),
+    commit_rows=(10_000,),
     history=(1, 2),
     history_rows=5_000,
     reader_checkpoints=2,
@@ -134,7 +134,7 @@ QUICK = Suite(
     checkpoint_rows=(10_000,),
     checkpoints=2,
     accumulated_rows=50_000,
-    accumulated=(10, 200),
+    accumulated=(10, 50),
     object_store_rows=(10_000,),
     repetitions=1,
 )
