@@ -4,6 +4,7 @@ processes, started with a pid file and stopped by it. Java 17 must be on ``PATH`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -172,6 +173,31 @@ def stop_daemon(pid_file: Path, *, timeout: float, what: str) -> bool:
     pid_file.unlink(missing_ok=True)
     log.info("%s stopped", what)
     return True
+
+
+def daemon_state(directory: str | Path, state_file: str, *, what: str, module: str) -> dict:
+    """What a test daemon (``python -m module start --dir``) recorded in its state file.
+
+    Raises:
+        ConfigurationError: None was started from ``directory``.
+    """
+    state = Path(directory).resolve() / state_file
+    if not state.is_file():
+        raise ConfigurationError(
+            f"no {what} was started from {state.parent}; start one: "
+            f"python -m {module} start --dir {state.parent}"
+        )
+    return json.loads(state.read_text())
+
+
+def stop_recorded_daemon(
+    directory: str | Path, pid_file: str, state_file: str, *, timeout: float, what: str
+) -> bool:
+    """Stop the daemon started from ``directory`` and forget its state; return whether it ran."""
+    folder = Path(directory).resolve()
+    stopped = stop_daemon(folder / pid_file, timeout=timeout, what=f"the {what} of {folder}")
+    (folder / state_file).unlink(missing_ok=True)
+    return stopped
 
 
 def listening(host: str, port: int) -> bool:

@@ -24,7 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import fetch_jars, java, listening, read_pid, start_daemon, stop_daemon
+from lakesink.ops.jvm import (
+    daemon_state,
+    fetch_jars,
+    java,
+    listening,
+    read_pid,
+    start_daemon,
+    stop_recorded_daemon,
+)
 
 __all__ = ["KAFKA_VERSION", "KafkaBroker", "load_broker", "start_broker", "stop_broker"]
 
@@ -112,25 +120,20 @@ def load_broker(directory: str | Path) -> KafkaBroker:
     Raises:
         ConfigurationError: None was started there, or it no longer listens.
     """
-    folder = Path(directory).resolve()
-    state = folder / STATE_FILE
-    if not state.is_file():
-        raise ConfigurationError(
-            f"no Kafka broker was started from {folder}; start one: "
-            f"python -m lakesink.testing.kafka start --dir {folder}"
-        )
-    broker = KafkaBroker(**json.loads(state.read_text()))
+    recorded = daemon_state(directory, STATE_FILE, what="Kafka broker", module=__name__)
+    broker = KafkaBroker(**recorded)
     if not listening(LOOPBACK, broker.port):
-        raise ConfigurationError(f"the Kafka broker of {folder} no longer listens on {broker.port}")
+        raise ConfigurationError(
+            f"the Kafka broker of {broker.directory} no longer listens on {broker.port}"
+        )
     return broker
 
 
 def stop_broker(directory: str | Path, *, timeout: float = 30.0) -> bool:
     """Stop the broker started from ``directory``; return whether one was running."""
-    folder = Path(directory).resolve()
-    stopped = stop_daemon(folder / PID_FILE, timeout=timeout, what=f"the Kafka broker of {folder}")
-    (folder / STATE_FILE).unlink(missing_ok=True)
-    return stopped
+    return stop_recorded_daemon(
+        directory, PID_FILE, STATE_FILE, timeout=timeout, what="Kafka broker"
+    )
 
 
 def _server_properties(data: Path, port: int, controller_port: int, partitions: int) -> str:

@@ -37,7 +37,13 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import listening, read_pid, start_daemon, stop_daemon
+from lakesink.ops.jvm import (
+    daemon_state,
+    listening,
+    read_pid,
+    start_daemon,
+    stop_recorded_daemon,
+)
 from lakesink.storage.options import StorageOptions
 from lakesink.testing.cluster import free_port
 
@@ -243,25 +249,17 @@ def load_server(directory: str | Path) -> S3Server:
     Raises:
         ConfigurationError: None was started there, or it no longer listens.
     """
-    folder = Path(directory).resolve()
-    state = folder / STATE_FILE
-    if not state.is_file():
-        raise ConfigurationError(
-            f"no S3 server was started from {folder}; start one: "
-            f"python -m lakesink.testing.s3 start --dir {folder}"
-        )
-    server = S3Server(**json.loads(state.read_text()))
+    server = S3Server(**daemon_state(directory, STATE_FILE, what="S3 server", module=__name__))
     if not listening(LOOPBACK, server.port):
-        raise ConfigurationError(f"the S3 server of {folder} no longer listens on {server.port}")
+        raise ConfigurationError(
+            f"the S3 server of {server.directory} no longer listens on {server.port}"
+        )
     return server
 
 
 def stop_server(directory: str | Path, *, timeout: float = 30.0) -> bool:
     """Stop the server started from ``directory`` (its data stay); return whether one ran."""
-    folder = Path(directory).resolve()
-    stopped = stop_daemon(folder / PID_FILE, timeout=timeout, what=f"the S3 server of {folder}")
-    (folder / STATE_FILE).unlink(missing_ok=True)
-    return stopped
+    return stop_recorded_daemon(directory, PID_FILE, STATE_FILE, timeout=timeout, what="S3 server")
 
 
 def create_bucket(server: S3Server, name: str) -> None:
