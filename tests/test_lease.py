@@ -150,6 +150,11 @@ def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_ov
 
     table = s3_uri("hosts") + "/orders"
     env = {**os.environ, "LAKESINK_LEASE_SECONDS": "6"}
+
+    def on_host_b() -> subprocess.CompletedProcess[str]:  # the writer again, on the other host
+        command = on_host("host-b", sys.executable, "-c", WRITER, table, "")
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
     with (tmp_path / "host-a.err").open("w") as first_log:
         first = subprocess.Popen(
             on_host("host-a", sys.executable, "-c", WRITER, table, "1,2,3"),
@@ -161,13 +166,7 @@ def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_ov
     try:
         started = first.stdout.readline().strip()
         assert started == "pre-committed", (tmp_path / "host-a.err").read_text()[-3000:]
-        second = subprocess.run(
-            on_host("host-b", sys.executable, "-c", WRITER, table, ""),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+        second = on_host_b()
         assert second.returncode == 75, second.stderr[-2000:]
         assert "refused: writer '0' of sink 'orders' is already running (host-a " in second.stdout
     finally:
@@ -176,13 +175,7 @@ def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_ov
     assert sorted(r.order_id for r in committed(spark, table).collect()) == []
 
     time.sleep(6)  # the dead writer's lease expires
-    third = subprocess.run(
-        on_host("host-b", sys.executable, "-c", WRITER, table, ""),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    third = on_host_b()
     assert third.returncode == 0, third.stderr[-2000:]
     assert "recovered" in third.stdout
     assert "taking over the expired lease" in third.stderr
