@@ -44,7 +44,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -60,7 +59,7 @@ from lakesink.errors import CommitFailedError, ConfigurationError
 from lakesink.storage.files import read_bytes
 from lakesink.storage.location import join
 
-__all__ = ["Published", "check_partition_types", "check_publishable", "publish"]
+__all__ = ["check_partition_types", "check_publishable", "publish"]
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +78,6 @@ _EXACT_PARTITION_TYPES = frozenset(
         *("tinyint", "smallint", "int", "bigint", "boolean", "date"),
     }
 )
-
-
-@dataclass(frozen=True)
-class Published:
-    """What one publish did: the rows it made visible, in which table versions."""
-
-    rows: int
-    versions: tuple[int, ...]
 
 
 def check_publishable(path: str) -> None:
@@ -127,21 +118,22 @@ def check_partition_types(path: str, types: Mapping[str, str]) -> None:
         )
 
 
-def publish(path: str, txn_id: str, user_metadata: str) -> Published:
-    """Make the rows of transaction ``txn_id`` visible with metadata-only Delta commits.
+def publish(path: str, txn_id: str, user_metadata: str) -> int:
+    """Make the rows of transaction ``txn_id`` visible with metadata-only Delta commits;
+    return how many this call made visible (0: none were pending).
 
     ``user_metadata`` tags each commit (the audit lines history up with the journal by it).
 
     Raises:
         CommitFailedError: Rewrites of the pending partition kept racing every round.
     """
-    rows, versions, revived = 0, [], []
+    rows, revived = 0, []
     for _ in range(PUBLISH_ROUNDS):
         table = delta_table(path)
         read_version = table.version()
         files = _pending_files(table, txn_id)
         if not files and not revived:
-            return Published(rows, tuple(versions))
+            return rows
         nonce = uuid.uuid4().hex
         actions: list[AddAction | RemoveAction] = [_visible(file) for file in files]
         actions += [_removal(file) for file in revived]
@@ -161,8 +153,7 @@ def publish(path: str, txn_id: str, user_metadata: str) -> Published:
                 f"publishing transaction {txn_id} of {path} conflicted with another commit "
                 f"({exc}); nothing changed, it stays pending: commit again"
             ) from exc
-        version, removed = _removed_before(path, read_version, nonce, {f["path"] for f in files})
-        versions.append(version)
+        removed = _removed_before(path, read_version, nonce, {f["path"] for f in files})
         rows += sum(f["num_records"] or 0 for f in files) - sum(
             f["num_records"] or 0 for f in revived
         )
@@ -197,12 +188,10 @@ def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
 
 def _visible(file: Mapping[str, Any]) -> AddAction:
     """The file added again in the committed partition, its statistics carried over."""
-    values = _partition_values(file["partition"])
-    values |= {VISIBLE: "true", PENDING: None}
     return AddAction(
         file["path"],
         file["size_bytes"],
-        values,
+        _committed_values(file),
         file["modification_time"],
         True,
         _stats(file),
@@ -210,20 +199,23 @@ def _visible(file: Mapping[str, Any]) -> AddAction:
 
 
 def _removal(file: Mapping[str, Any]) -> RemoveAction:
-    values = _partition_values(file["partition"]) | {VISIBLE: "true", PENDING: None}
+    """The removal of a file ``_visible`` added (it is in the committed partition now)."""
     return RemoveAction(
         file["path"],
         True,
         int(time.time() * 1000),
         size=file["size_bytes"],
-        partition_values=values,
+        partition_values=_committed_values(file),
     )
 
 
-def _partition_values(partition: Mapping[str, Any]) -> dict[str, str | None]:
-    """Delta's string form of each partition value (types checked by check_publishable)."""
-    values: dict[str, str | None] = {}
-    for column, value in partition.items():
+def _committed_values(file: Mapping[str, Any]) -> dict[str, str | None]:
+    """The file's partition values in the committed partition, in Delta's string form:
+    the user's own kept (their types checked by check_publishable)."""
+    values: dict[str, str | None] = {VISIBLE: "true", PENDING: None}
+    for column, value in file["partition"].items():
+        if column in values:
+            continue
         if value is None:
             values[column] = None
         elif isinstance(value, bool):
@@ -272,11 +264,9 @@ def _no_json(value: object) -> object:
     raise TypeError(f"cannot write {value!r} into Delta statistics")
 
 
-def _removed_before(
-    path: str, read_version: int, nonce: str, paths: Iterable[str]
-) -> tuple[int, set[str]]:
-    """The version of the commit tagged ``nonce``, and which of ``paths`` the commits
-    between ``read_version`` and it removed."""
+def _removed_before(path: str, read_version: int, nonce: str, paths: Iterable[str]) -> set[str]:
+    """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
+    removed."""
     wanted, removed = set(paths), set()
     version = read_version + 1
     while True:
@@ -290,6 +280,6 @@ def _removed_before(
         actions = [json.loads(line) for line in content.decode().splitlines() if line.strip()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if nonce in str(info.get("userMetadata", "")):
-            return version, removed
+            return removed
         removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted
         version += 1

@@ -592,7 +592,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         """The metadata commit: the transaction's files added again as visible."""
         try:
             metadata = self._metadata("commit", transaction)
-            return publish(self.path, transaction.txn_id, metadata).rows
+            return publish(self.path, transaction.txn_id, metadata)
         except CommitFailedError:
             raise
         except Exception as exc:
