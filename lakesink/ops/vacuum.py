@@ -36,7 +36,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -45,7 +45,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.deltars import partition_files
+from lakesink.delta.deltars import PartitionFiles, partition_files
 from lakesink.delta.format import PENDING, VISIBLE, commit_metadata, read_sink_table
 from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 from lakesink.delta.publish import publish
@@ -310,9 +310,12 @@ def plan_vacuum(
         [*aborted, *expired], {s.txn_id for s in expired}, prefix
     )
     log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
-    counts, files = _scan(spark, path, targets) if targets else ({}, set())
     committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
-    left = partition_files(path, PENDING, committed) if committed else {}
+    # One read of the log for both: the targets' masked files, and committed leftovers.
+    wanted = [*(s.txn_id for s in targets), *committed]
+    found = partition_files(path, PENDING, wanted) if wanted else {}
+    counts, files = _scan(spark, path, targets, found) if targets else ({}, set())
+    left = sorted(txn_id for txn_id in committed if txn_id in found)
     if left:
         log.warning(
             "%s: %d committed transaction(s) still have masked files (a rewrite of their "
@@ -333,7 +336,7 @@ def plan_vacuum(
         files=frozenset(files),
         skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
         already_vacuumed=already,
-        unpublished=tuple(committed[txn_id] for txn_id in sorted(left)),
+        unpublished=tuple(committed[txn_id] for txn_id in left),
         compaction=(
             tuple(plan_compaction(path, journal.path, min_files=compact_min_files))
             if compact
@@ -528,14 +531,18 @@ def _predicate(targets: Sequence[TransactionStatus]) -> str:
 
 
 def _scan(
-    spark: SparkSession, path: str, targets: Sequence[TransactionStatus]
+    spark: SparkSession,
+    path: str,
+    targets: Sequence[TransactionStatus],
+    partitions: Mapping[str, PartitionFiles],
 ) -> tuple[dict[str, int], set[str]]:
     """Masked rows per transaction, and the data files holding them (as VACUUM lists them).
 
-    From the table's log: each file's row count statistic, no data read. A file written
-    with statistics off has none; then the rows are counted.
+    From ``partitions``, the pending partitions the table's log lists (with the targets'):
+    each file's row count statistic, no data read. A file written with statistics off has
+    none; then the rows are counted.
     """
-    found = partition_files(path, PENDING, [s.txn_id for s in targets])
+    found = {s.txn_id: partitions[s.txn_id] for s in targets if s.txn_id in partitions}
     counts = {txn: f.rows for txn, f in found.items() if f.rows is not None}
     if len(counts) < len(found):
         predicate = _predicate([s for s in targets if s.txn_id not in counts])
