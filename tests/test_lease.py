@@ -27,9 +27,14 @@ from lakesink.storage.lease import ObjectLease, fence, fences
 class Clock:
     def __init__(self) -> None:
         self.now = 1_700_000_000.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 @pytest.fixture
@@ -42,7 +47,7 @@ def test_a_live_lease_refuses_a_second_holder_and_a_released_one_is_free(lease_a
     first.acquire()
     second = ObjectLease(lease_at, "writer '0'", seconds=30)
     with pytest.raises(AlreadyRunningError, match=r"writer '0' is already running .* s more"):
-        second.acquire()
+        second.acquire(wait=False)
     assert first.is_held() and second.is_held()
     first.check()
     first.release()
@@ -77,6 +82,38 @@ def test_an_expired_lease_is_taken_over_and_its_old_holder_stops(lease_at):
     new.release()
 
 
+def test_a_process_that_waits_takes_over_a_dead_holders_lease_but_not_a_live_ones(lease_at):
+    # A restart right after a crash finds the dead holder's lease still running: it waits
+    # until the lease would expire, sees it was not renewed, and takes it over.
+    clock = Clock()
+    dead = ObjectLease(lease_at, "writer '0'", seconds=30, clock=clock)
+    dead.acquire()
+    dead._stop.set()  # killed: it renews no more
+    dead._renewer.join()
+    clock.now += 20
+    restarted = ObjectLease(lease_at, "writer '0'", seconds=30, clock=clock, sleep=clock.sleep)
+    restarted.acquire()
+    assert clock.slept == [pytest.approx(11.0)]  # the 10 s left, and a margin
+    restarted.check()
+    with pytest.raises(LeaseLostError):
+        dead.check()
+
+    # A second process while the holder lives: the holder renews while it waits (real
+    # time, a short lease), and the store's version tells it so.
+    second = ObjectLease(lease_at, "writer '0'", seconds=1.5)
+    restarted.release()
+    live = ObjectLease(lease_at, "writer '0'", seconds=1.5)
+    live.acquire()
+    try:
+        started = time.monotonic()
+        with pytest.raises(AlreadyRunningError, match="already running"):
+            second.acquire()
+        assert time.monotonic() - started >= 1.0  # it waited for a renewal before refusing
+        live.check()
+    finally:
+        live.release()
+
+
 def test_two_processes_taking_over_an_expired_lease_at_once_one_wins(lease_at):
     clock = Clock()
     dead = ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock)
@@ -93,7 +130,7 @@ def test_two_processes_taking_over_an_expired_lease_at_once_one_wins(lease_at):
     with pytest.raises(PreconditionError):
         racers[1]._write(mode={"e_tag": stale_version})
     with pytest.raises(AlreadyRunningError):
-        ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock).acquire()
+        ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock).acquire(wait=False)
 
 
 def test_fences_are_lock_files_locally_and_leases_on_a_store(tmp_path, s3_server):
@@ -174,8 +211,7 @@ def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_ov
         first.wait()
     assert sorted(r.order_id for r in committed(spark, table).collect()) == []
 
-    time.sleep(6)  # the dead writer's lease expires
-    third = on_host_b()
+    third = on_host_b()  # at once: it waits out the dead writer's lease if need be
     assert third.returncode == 0, third.stderr[-2000:]
     assert "recovered" in third.stdout
     assert "taking over the expired lease" in third.stderr

@@ -10,7 +10,9 @@ the second writer. The lease is one small object, ``{"holder", "expires"}``:
    after another process took the lease over fails, and the holder learns it lost it.
 3. **Taken over** once it expired (its holder died, or hangs without renewing), with the
    same conditional update against the version read: of two processes taking over at
-   once, one wins.
+   once, one wins. A process that finds the lease still running waits until it would
+   expire: a live holder has renewed it by then (refused), a dead one has not (taken
+   over), so a job restarted right after a crash goes on instead of failing.
 4. **Checked** before every commit (``check``): a holder that lost it, or whose last
    renewal is older than the duration (a pause, a partition from the store), stops before
    it commits: the new holder may be recovering its transactions.
@@ -55,6 +57,7 @@ class ObjectLease:
         what: What it fences, for messages ("writer '0' of sink 'orders'").
         seconds: Its duration; default ``$LAKESINK_LEASE_SECONDS``, else 30.
         clock: Seconds since the epoch (tests set it).
+        sleep: Waits that many seconds (tests advance their clock instead).
     """
 
     def __init__(
@@ -64,11 +67,13 @@ class ObjectLease:
         *,
         seconds: float | None = None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.path = location
         self.what = what
         self.seconds = seconds or float(os.environ.get(LEASE_SECONDS_ENV, DEFAULT_LEASE_SECONDS))
         self._clock = clock
+        self._sleep = sleep
         self._me = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex[:8]}"
         self._version: str | None = None  # the e-tag of what this process wrote last
         self._renewed_at = 0.0
@@ -77,11 +82,17 @@ class ObjectLease:
         self._renewer: threading.Thread | None = None
         self._store, self._key = object_store(location)
 
-    def acquire(self) -> None:
+    def acquire(self, *, wait: bool = True) -> None:
         """Take the lease, or take over an expired one; start renewing it.
 
+        Args:
+            wait: When another process holds the lease, wait until it would expire and
+                take it over if its holder did not renew it meanwhile (it died). Without
+                it, a held lease is refused at once.
+
         Raises:
-            AlreadyRunningError: Another process holds it and it has not expired.
+            AlreadyRunningError: Another process holds the lease and renews it (or it has
+                not expired, without ``wait``).
         """
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -90,14 +101,26 @@ class ObjectLease:
         except AlreadyExistsError:
             try:
                 holder, expires, version = self._read()
+                left = expires - self._clock()
+                if left > 0 and wait:
+                    log.warning(
+                        "%s: the lease %s is held by %s for %.0f s more; waiting to see "
+                        "whether its holder renews it",
+                        self.what,
+                        self.path,
+                        holder,
+                        left,
+                    )
+                    self._sleep(left + min(1.0, self.seconds / 10))
+                    holder, expires, version = self._read()
+                    left = expires - self._clock()
             except FileNotFoundError:  # released in between (obstore's error for a missing object)
                 self._write(mode="create")
             else:
-                now = self._clock()
-                if expires > now:
+                if left > 0:
                     raise AlreadyRunningError(
                         f"{self.what} is already running ({holder}; lease {self.path} "
-                        f"for {expires - now:.0f} s more); stop it first, or wait until the "
+                        f"for {left:.0f} s more); stop it first, or wait until the "
                         "lease expires if that process is gone"
                     ) from None
                 log.warning("taking over the expired lease %s of %s", self.path, holder)
