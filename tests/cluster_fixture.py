@@ -192,11 +192,22 @@ class SubmittedJob:
         _signal_all(frozen.values(), signal.SIGSTOP)
 
     def _busy(self, matches: Callable[[dict], bool], frozen: dict[str, int]) -> list[dict]:
-        """Frozen executors with tasks launched, while every active stage matches.
+        """Frozen executors running a task of a matching stage, while every active stage
+        matches; asked twice, half a second apart.
 
-        Every one, so that any running task is one of a matching stage: the stage's own
-        count of active tasks can lag behind the executors' in the status store.
+        The driver's status store trails its executors: a task that finished just before
+        the freeze can still show as running, and its executor would then be killed
+        idle, or running a task the driver launched next. Frozen, an executor neither
+        ends nor starts a task, so what the second reading still shows is what runs.
         """
+        first = self._running(matches, frozen)
+        if not first:
+            return []
+        time.sleep(0.5)
+        again = {e["id"]: e for e in self._running(matches, frozen)}
+        return [again[e["id"]] for e in first if e["id"] in again]
+
+    def _running(self, matches: Callable[[dict], bool], frozen: dict[str, int]) -> list[dict]:
         stages = self.api("/stages?status=active")
         executors = [e for e in self.api("/executors") if e["id"] != "driver"]
         if any(e["id"] not in frozen for e in executors):
@@ -204,7 +215,15 @@ class SubmittedJob:
             return []
         if not stages or not all(matches(s) for s in stages):
             return []
-        return [e for e in executors if e["activeTasks"] > 0]
+        running = {
+            task["executorId"]
+            for stage in stages
+            for task in self.api(
+                f"/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000"
+            )
+            if task["status"] == "RUNNING"
+        }
+        return [e for e in executors if e["id"] in running]
 
     def _get(self, path: str) -> Any:
         url = f"http://127.0.0.1:{self.ui_port}/api/v1{path}"
