@@ -10,6 +10,7 @@ of a pending partition racing the publish from either side.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -120,6 +121,49 @@ def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_onc
     reader = DeltaTable(str(table))
     assert reader.file_uris(file_pruning_predicate=[(PENDING, "=", txn)]) == []
     assert len(reader.file_uris(file_pruning_predicate=[(VISIBLE, "=", True)])) == 8
+    sink.close()
+
+
+def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(spark, tmp_path):
+    """Each publish carries the checksum (``.crc``) of the version before it, which Spark's
+    next write would otherwise rebuild with a state reconstruction, and a publish that lands
+    on a multiple of the checkpoint interval writes the log checkpoint Spark would have.
+
+    How the test knows the checksums are true: Delta itself checks each one against a full
+    state reconstruction before every write (``incremental.commit.verify``) and fails the
+    write on a mismatch (``checksum.mismatch.fatal``, its default)."""
+    table = tmp_path / "orders"
+    log_folder = table / "_delta_log"
+    verify = "spark.databricks.delta.incremental.commit.verify"
+    spark.conf.set(verify, "true")
+    try:
+        sink = open_sink(spark, table)
+        publishes = []
+        for n in range(6):  # versions: 0 the table, then an append and a publish each
+            write(spark, sink, range(n * 10, n * 10 + 10))
+            sink.notify_checkpoint_complete(sink.checkpoint())
+            publishes.append(DeltaTable(str(table)).version())
+        write(spark, sink, [1000])  # a Spark write after the last publish, verified too
+        sink.checkpoint()
+    finally:
+        spark.conf.unset(verify)
+
+    assert publishes == [2, 4, 6, 8, 10, 12]
+    for version in publishes:
+        carried = json.loads((log_folder / f"{version:020d}.crc").read_text())
+        before = json.loads((log_folder / f"{version - 1:020d}.crc").read_text())
+        before.pop("txnId"), before.pop("allFiles", None)
+        assert carried == before, version
+        # Spark's append after it derived its own checksum from the carried one.
+        assert (log_folder / f"{version + 1:020d}.crc").is_file(), version
+    assert (log_folder / f"{10:020d}.checkpoint.parquet").is_file()
+    assert json.loads((log_folder / "_last_checkpoint").read_text())["version"] == 10
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+    assert detail.numFiles == len(live_files(table))
+    # A reader starting from the publish's checkpoint sees each committed row once.
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    assert visible_ids(spark, table) == Counter(range(60))
+    assert Counter(arrow(str(table)).column("order_id").to_pylist()) == Counter(range(60))
     sink.close()
 
 

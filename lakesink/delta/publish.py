@@ -38,6 +38,7 @@ deletion vectors, domain metadata or in-commit timestamps (such a table is refus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -51,12 +52,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    PostCommitHookProperties,
+    RemoveAction,
+)
 
 from lakesink.delta.deltars import delta_table
 from lakesink.delta.format import PENDING, VISIBLE
 from lakesink.errors import CommitFailedError, ConfigurationError
-from lakesink.storage.files import read_bytes
+from lakesink.storage.files import create_file, read_bytes
 from lakesink.storage.location import join
 
 __all__ = ["check_partition_types", "check_publishable", "publish"]
@@ -66,6 +72,8 @@ log = logging.getLogger(__name__)
 # Rounds of publish-then-check before giving up: each is needed only when a rewrite of the
 # pending partition raced the last one.
 PUBLISH_ROUNDS = 5
+# Delta's default checkpoint interval (delta.checkpointInterval), which Spark writes at.
+CHECKPOINT_INTERVAL = 10
 # Writer features a delta-rs commit cannot keep (it would refuse or drop them).
 _UNWRITABLE = ("rowTracking", "domainMetadata", "inCommitTimestamp", "deletionVectors")
 _NONCE = "publish_nonce"
@@ -147,13 +155,18 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
                 commit_properties=CommitProperties(
                     custom_metadata={"userMetadata": json.dumps(metadata, sort_keys=True)}
                 ),
+                # At Spark's interval, not delta-rs' (100): _checkpoint_if_due
+                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
             )
         except DeltaCommitFailedError as exc:  # delta-rs found a conflict: nothing landed
             raise CommitFailedError(
                 f"publishing transaction {txn_id} of {path} conflicted with another commit "
                 f"({exc}); nothing changed, it stays pending: commit again"
             ) from exc
-        removed = _removed_before(path, read_version, nonce, {f["path"] for f in files})
+        removed, version = _removed_before(path, read_version, nonce, {f["path"] for f in files})
+        if not removed and not revived:
+            _carry_checksum(path, version)
+        _checkpoint_if_due(path, version, table.metadata().configuration)
         rows += sum(f["num_records"] or 0 for f in files) - sum(
             f["num_records"] or 0 for f in revived
         )
@@ -264,9 +277,11 @@ def _no_json(value: object) -> object:
     raise TypeError(f"cannot write {value!r} into Delta statistics")
 
 
-def _removed_before(path: str, read_version: int, nonce: str, paths: Iterable[str]) -> set[str]:
+def _removed_before(
+    path: str, read_version: int, nonce: str, paths: Iterable[str]
+) -> tuple[set[str], int]:
     """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
-    removed."""
+    removed, and the version of that one."""
     wanted, removed = set(paths), set()
     version = read_version + 1
     while True:
@@ -280,6 +295,44 @@ def _removed_before(path: str, read_version: int, nonce: str, paths: Iterable[st
         actions = [json.loads(line) for line in content.decode().splitlines() if line.strip()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if nonce in str(info.get("userMetadata", "")):
-            return removed
+            return removed, version
         removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted
         version += 1
+
+
+def _carry_checksum(path: str, version: int) -> None:
+    """Give the publish at ``version`` the checksum file (``.crc``) of the version before.
+
+    delta-rs writes none, and without one Spark's next write to the table first rebuilds
+    the table's protocol and metadata, and its own checksum, with Spark jobs (a sixth of a
+    checkpoint's time at 100k rows). A publish that only added live files again changes
+    nothing a checksum counts (files, bytes, size histogram, txn versions, protocol,
+    metadata), so the previous one holds for it, less its commit's id and its list of files
+    (optional, and it would name their old partition values). Without a checksum before it,
+    or with in-commit timestamps (each version has its own), none is written.
+    """
+    log_folder = join(path, "_delta_log")
+    try:
+        checksum = json.loads(read_bytes(join(log_folder, f"{version - 1:020d}.crc")))
+    except (FileNotFoundError, ValueError):
+        return
+    if not isinstance(checksum, dict) or "inCommitTimestampOpt" in checksum:
+        return
+    checksum.pop("txnId", None)
+    checksum.pop("allFiles", None)
+    # Never over another's: only this publish committed the version, any file there is its.
+    with contextlib.suppress(FileExistsError):
+        create_file(join(log_folder, f"{version:020d}.crc"), json.dumps(checksum).encode())
+
+
+def _checkpoint_if_due(path: str, version: int, configuration: Mapping[str, str]) -> None:
+    """Write a log checkpoint of ``version`` when it is one of the table's checkpoint versions.
+
+    Spark checkpoints a table when one of its own commits lands on a multiple of the
+    interval; in a table where writers' appends and publishes alternate, the multiples can
+    all be publishes, and the log would grow without a checkpoint: every Spark write and
+    read would replay more of it.
+    """
+    interval = int(configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+    if version % interval == 0:
+        delta_table(path, version=version).create_checkpoint()

@@ -9,6 +9,8 @@ with), configured from the same ``StorageOptions`` as Spark and delta-rs.
 
 from __future__ import annotations
 
+import os
+import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from lakesink.storage.options import StorageOptions
 
 __all__ = [
     "copy_file",
+    "create_file",
     "folder_names",
     "has_files",
     "is_delta_table",
@@ -102,3 +105,29 @@ def write_bytes(location: str, content: bytes) -> None:
 
     store, key = object_store(location)
     put(store, key, content)
+
+
+def create_file(location: str, content: bytes) -> None:
+    """Write the file ``location`` whole, only if it does not exist (readers never see it
+    half written).
+
+    Raises:
+        FileExistsError: It exists; it was left as it was.
+    """
+    if not is_uri(location):
+        target = Path(location)
+        draft = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        draft.write_bytes(content)
+        try:
+            os.link(draft, target)  # fails if the target exists, unlike a rename
+        finally:
+            draft.unlink()
+        return
+    from obstore import put
+    from obstore.exceptions import AlreadyExistsError
+
+    store, key = object_store(location)
+    try:
+        put(store, key, content, mode="create")
+    except AlreadyExistsError:
+        raise FileExistsError(location) from None
