@@ -216,6 +216,13 @@ def plain_append(frame: DataFrame, path: str) -> None:
     frame.write.format("delta").mode("append").save(path)
 
 
+def idempotent_append(frame: DataFrame, path: str, version: int = 1) -> None:
+    """Delta's own exactly-once append: skipped if ``version`` of its app id is in the log
+    (what a ``foreachBatch`` user writes with the batch id as ``version``)."""
+    writer = frame.write.format("delta").mode("append").option("txnAppId", "lakesink-bench")
+    writer.option("txnVersion", str(version)).save(path)
+
+
 def open_sink(spark: SparkSession, path: str, schema: StructType, **options: object) -> DeltaSink:
     """A sink on ``path``; every sink of a run shares one view name, replaced each time."""
     return DeltaSink.open(spark, path, schema=schema, view_name="lakesink_bench", **options)

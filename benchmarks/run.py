@@ -107,13 +107,13 @@ class Suite:
 
 
 FULL = Suite(
-    write_rows=(100_000, 1_000_000, 5_000_000),
-    commit_rows=(10_000, 100_000, 1_000_000, 5_000_000),
+    write_rows=(10_000, 100_000, 1_000_000, 10_000_000),
+    commit_rows=(10_000, 100_000, 1_000_000, 10_000_000),
     history=(1, 10, 100),
     history_rows=10_000,
     reader_checkpoints=10,
     reader_rows=100_000,
-    stream_rows=(10_000, 1_000_000),
+    stream_rows=(10_000, 100_000, 1_000_000),
     stream_batches=4,
     checkpoint_rows=(10_000, 100_000),
     checkpoints=4,
@@ -142,8 +142,8 @@ QUICK = Suite(
 SESSION_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
-    # The full run caches 5M rows; Spark's default 1g heap would spill them to disk.
-    "spark.driver.memory": "4g",
+    # The full run caches 10M rows; Spark's default 1g heap would spill them to disk.
+    "spark.driver.memory": "6g",
 }
 
 

@@ -3,9 +3,11 @@
 what a Structured Streaming user picks instead.
 
 For each batch size, the same Parquet files (one a batch, ``maxFilesPerTrigger`` 1) feed two
-``availableNow`` queries, each into a fresh table with a fresh checkpoint location. A
+``availableNow`` queries, each into a fresh table with a fresh checkpoint location. Both
+tables exist before the clock starts (the plain one created empty, lakesink's by opening
+the ``StreamingSink``, which also recovers: once per run of a query, not per batch). A
 query's time runs from its start until every batch is visible: for lakesink, that includes
-the last batch's commit when the ``with`` block ends. The figure is that time per batch.
+the last batch's commit. The figure is that time per batch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from benchmarks.harness import (
     batch,
     cached_rows,
     check_rows,
+    create_plain_table,
     timed,
     versus,
 )
@@ -114,6 +117,7 @@ def foreach_batch_seconds(spark: SparkSession, folders: Folders, given: StreamIn
     the table's rows were checked.
     """
     folder = folders.folder(f"stream-plain-{given.rows}")
+    create_plain_table(spark, join(folder, "table"), given.schema)
     seconds = timed(lambda: _foreach_batch_query(given.stream(spark), folder))
     check_rows(
         spark.read.format("delta").load(join(folder, "table")),
@@ -134,7 +138,19 @@ def lakesink_seconds(
     object store), dropped once the committed rows were checked.
     """
     folder = folders.folder(f"stream-lakesink-{given.rows}")
-    seconds = timed(lambda: _lakesink_query(spark, given.stream(spark), folder, commit))
+    location = join(folder, "checkpoint")
+    sink = StreamingSink(
+        spark,
+        join(folder, "table"),
+        checkpoint_location=location,
+        schema=given.schema,
+        view_name="lakesink_bench_stream",
+        commit=commit,
+    )
+    try:
+        seconds = timed(lambda: _lakesink_query(sink, given.stream(spark), location))
+    finally:
+        sink.close()
     check_rows(
         committed(spark, join(folder, "table")),
         given.rows * given.batches,
@@ -188,15 +204,7 @@ def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
     query.trigger(availableNow=True).start().awaitTermination()
 
 
-def _lakesink_query(spark: SparkSession, stream: DataFrame, folder: str, commit: str) -> None:
-    location = join(folder, "checkpoint")
-    with StreamingSink(
-        spark,
-        join(folder, "table"),
-        checkpoint_location=location,
-        schema=stream.schema,
-        view_name="lakesink_bench_stream",
-        commit=commit,
-    ) as sink:
-        query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", location)
-        query.trigger(availableNow=True).start().awaitTermination()
+def _lakesink_query(sink: StreamingSink, stream: DataFrame, location: str) -> None:
+    query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", location)
+    query.trigger(availableNow=True).start().awaitTermination()
+    sink.commit()  # the last batch, if the listener has not committed it yet
