@@ -6,7 +6,8 @@ the job runs through ``spark-submit`` as the README says, with aggressive specul
 execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
 a task of micro-batch 1's pre-commit write, an executor while it runs a task of batch 2's
 commit MERGE of the orders sink, and the driver in the middle of batch 2's MERGE of the
-totals sink, after the orders sink committed; the job is then restarted. One run
+totals sink, after the orders sink committed; the job is then restarted with the metadata
+commit (``--commit metadata``), which publishes what the killed MERGE left pending. One run
 for all of them, because a job start on the cluster costs more than any test's checks.
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
@@ -205,7 +206,13 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
         if t.checkpoint_id == 2
     }
     restarted = submit_ingest(
-        spark_cluster, work, *ingest_arguments(work, lake), name="restarted", storage=storage
+        spark_cluster,
+        work,
+        *ingest_arguments(work, lake),
+        "--commit",
+        "metadata",  # the other commit mode finishes what the MERGE left
+        name="restarted",
+        storage=storage,
     )
     assert restarted.wait() == 0, restarted.tail()
     return FaultedRun(
@@ -270,6 +277,13 @@ def test_driver_killed_during_the_commit_merge_then_restarted(spark, faulted_run
     assert faulted_run.last_checkpoint_at_kill == 2
     assert faulted_run.states_at_kill["orders"] is TxnState.COMMITTED
     assert faulted_run.states_at_kill["totals"] is not TxnState.COMMITTED
-    # The restart finished that commit: every order once.
+    # The restart finished that commit, by metadata: every order once.
     assert faulted_run.restarted.process.returncode == 0
     assert_every_order_once(spark, faulted_run.lake)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{join(faulted_run.lake, 'totals')}`")
+    published = [
+        row
+        for row in history.collect()
+        if row.operation == "WRITE" and '"lakesink": "commit"' in (row.userMetadata or "")
+    ]
+    assert published, "the restart did not commit the totals by metadata"

@@ -1,8 +1,9 @@
 """Concurrency soak on the cluster: two ingest jobs, a third writer, the vacuum job, readers.
 
-Two ingest jobs run on the cluster (one core each) into two sinks that share one journal.
-In this process, at the same time: a third writer commits and aborts transactions of its
-own in the first job's table, the vacuum logic runs over both tables in a loop, and two
+Two ingest jobs run on the cluster (one core each) into two sinks that share one journal,
+the first committing by MERGE, the second by metadata. In this process, at the same time: a
+third writer commits (by metadata) and aborts transactions of its own in the first job's
+table, racing the first job's MERGEs, the vacuum logic runs over both tables in a loop, and two
 readers query the committed views of both tables throughout. Bounded: each job has a fixed
 number of files, the third writer a fixed number of transactions, the whole a deadline.
 
@@ -55,6 +56,7 @@ WRITER_ROWS = 50
 WRITER_IDS = 500_000_000  # the third writer's committed ids start here
 POISON_IDS = 900_000_000  # only ever written by transactions that are then aborted
 JOBS = ("a", "b")
+COMMITS = {"a": "merge", "b": "metadata"}  # each job's commit mode: the soak holds in both
 # Pauses between a reader's rounds and the vacuum's: back to back, the four threads kept
 # both cores busy and slowed the jobs they watch to a crawl (75 s per checkpoint).
 READER_PAUSE_S, VACUUM_PAUSE_S = 1.0, 5.0
@@ -186,7 +188,12 @@ class Soak:
 
     def _open(self, session: SparkSession, path: str) -> DeltaSink:
         return DeltaSink.open(
-            session, path, writer_id="third", journal_path=self.journal, view_name="soak_third"
+            session,
+            path,
+            writer_id="third",
+            journal_path=self.journal,
+            view_name="soak_third",
+            commit="metadata",
         )
 
 
@@ -276,6 +283,7 @@ def _submit(
         "--state", str(tmp_path / job / "state"),
         "--job-id", f"soak-{job}",
         "--files-per-checkpoint", "1",
+        "--commit", COMMITS[job],
     ]  # fmt: skip
     return submit_ingest(
         cluster,
