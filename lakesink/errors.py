@@ -5,11 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
-    "EXIT_BAD_INPUT",
-    "EXIT_CHECK_FAILED",
-    "EXIT_CODES",
-    "EXIT_OK",
-    "EXIT_TRY_LATER",
     "AlreadyRunningError",
     "AuditFailedError",
     "CheckpointOrderError",
@@ -27,30 +22,7 @@ __all__ = [
     "TableNotFoundError",
     "UnknownCheckpointError",
     "ValidationSuiteError",
-    "exit_status",
 ]
-
-
-# Exit statuses of every lakesink command and job, for schedulers (Airflow, cron wrappers,
-# Kubernetes jobs) to act on: retry later, or have someone fix the input.
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1  # a check failed (validation, audit), a confirmation was declined
-EXIT_BAD_INPUT = 2  # bad options, input or configuration: fix them, do not retry as is
-# EX_TEMPFAIL: another live run holds the lock, or the Pushgateway did not answer; retry later
-EXIT_TRY_LATER = 75
-EXIT_CODES = (
-    f"exit status: {EXIT_OK} done, {EXIT_CHECK_FAILED} a check failed (or a confirmation "
-    f"was declined), {EXIT_BAD_INPUT} bad input or configuration, {EXIT_TRY_LATER} another "
-    "live run holds the lock or lease (or took it over), or the Pushgateway did not answer "
-    "(retry later)"
-)
-
-
-def exit_status(error: LakesinkError) -> int:
-    """The exit status a command or job ends with when ``error`` stops it."""
-    if isinstance(error, (AlreadyRunningError, LeaseLostError, MetricsExportError)):
-        return EXIT_TRY_LATER
-    return EXIT_BAD_INPUT
 
 
 class LakesinkError(Exception):

@@ -4,8 +4,6 @@ lakesink vacuum --table /data/orders [--dry-run] [--json]
 python jobs/vacuum.py --table /data/orders [--dry-run] [--json]
 spark-submit --packages "$(lakesink jars)" jobs/vacuum.py --table /data/orders
 
-Exit codes: 0 done, 2 bad options or input (the message says what to fix), 75 another
-live run holds a lock it needs (retry later), 1 anything else.
 """
 
 from __future__ import annotations
@@ -22,14 +20,14 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from lakesink.errors import ConfigurationError, LakesinkError, TableNotFoundError, exit_status
-from lakesink.storage.files import is_delta_table
+from lakesink.cli.exits import EXIT_CODES, run_command
+from lakesink.errors import ConfigurationError
+from lakesink.storage.files import require_delta_table
 from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.ops.vacuum import VacuumReport
 
-log = logging.getLogger("lakesink.jobs.vacuum")
 
 # Delta's VACUUM lists the table's folders in this many Spark tasks (Spark's default: 10000),
 # which costs minutes of task scheduling on one machine whatever the table's size.
@@ -41,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="lakesink vacuum",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
+        epilog=__doc__.split("\n", 2)[2] + EXIT_CODES + ".",
     )
     parser.add_argument("--table", required=True, help="the lakesink table's folder")
     parser.add_argument("--journal", help="the journal (default: the one the table records)")
@@ -98,29 +96,26 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,  # stdout carries the report (and only the report with --json)
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
-    try:
-        if args.expire_open_hours <= 0:
-            raise ConfigurationError(
-                f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
-            )
-        _check_local_table(args.table)
-        from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
+    return run_command("lakesink vacuum", lambda: _vacuum(args))
 
-        metrics = MetricsExport(
-            textfile=args.metrics_file, push_gateway=args.push_gateway, job="lakesink_vacuum"
+
+def _vacuum(args: argparse.Namespace) -> int:
+    if args.expire_open_hours <= 0:
+        raise ConfigurationError(
+            f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
         )
-        started = time.monotonic()
-        with _stdout_to_stderr():
-            report = _run(args)
-        if not report.dry_run:
-            run = vacuum_run_metrics(report, duration_s=time.monotonic() - started)
-            replace(metrics, grouping={"sink": report.sink_id}).send_quietly(run)
-    except LakesinkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exit_status(exc)
-    except Exception:
-        log.exception("vacuum of %s failed", args.table)
-        return 1
+    require_delta_table(normalize(args.table))
+    from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
+
+    metrics = MetricsExport(
+        textfile=args.metrics_file, push_gateway=args.push_gateway, job="lakesink_vacuum"
+    )
+    started = time.monotonic()
+    with _stdout_to_stderr():
+        report = _run(args)
+    if not report.dry_run:
+        run = vacuum_run_metrics(report, duration_s=time.monotonic() - started)
+        replace(metrics, grouping={"sink": report.sink_id}).send_quietly(run)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -174,15 +169,6 @@ def _stdout_to_stderr() -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def _check_local_table(table: str) -> None:
-    # A location without a Delta log fails now, not after a JVM start.
-    path = normalize(table)
-    if not is_delta_table(path):
-        raise TableNotFoundError(
-            f"no Delta table at {path}: pass the folder of a table written by lakesink"
-        )
 
 
 def _summary(report: VacuumReport) -> str:

@@ -51,7 +51,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.storage.files import has_files
+from lakesink.storage.files import has_files, is_delta_table
 from lakesink.storage.location import relative_to_parent, resolve_relative
 
 __all__ = [
@@ -400,9 +400,7 @@ def check_columns(actual: StructType, expected: StructType, *, what: str) -> Non
 
 def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
     """The properties and partition columns of the Delta table at ``path``, or None."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(path):
         return None
     detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
     if detail is None:

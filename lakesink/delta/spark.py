@@ -15,6 +15,8 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
+from lakesink.errors import ConfigurationError
+
 __all__ = [
     "USER_METADATA_CONF",
     "WRITE_SETTINGS",
@@ -143,6 +145,18 @@ class CommitRetry:
     initial_backoff_s: float = 0.1
     max_backoff_s: float = 5.0
 
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigurationError(
+                f"CommitRetry(max_attempts={self.max_attempts}): a commit needs at least one "
+                "attempt"
+            )
+        if not 0 <= self.initial_backoff_s <= self.max_backoff_s:
+            raise ConfigurationError(
+                f"CommitRetry backoffs must satisfy 0 <= initial_backoff_s "
+                f"({self.initial_backoff_s:g}) <= max_backoff_s ({self.max_backoff_s:g})"
+            )
+
 
 def retry_on_conflict(
     command: Callable[[], T],
@@ -158,19 +172,20 @@ def retry_on_conflict(
     """
     conflicts = conflict_exceptions()
     backoff = retry.initial_backoff_s
-    for attempt in range(1, retry.max_attempts + 1):
+    attempt = 1
+    while True:
         try:
             return command()
         except conflicts as exc:
-            if attempt == retry.max_attempts:
+            if attempt >= retry.max_attempts:
                 raise
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             log.info("%s conflicted (attempt %d), retrying: %s", what, attempt, error)
+            attempt += 1
             if on_retry is not None:
-                on_retry(attempt + 1, error)
+                on_retry(attempt, error)
             time.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, retry.max_backoff_s)
-    raise AssertionError("unreachable")
 
 
 def conflict_exceptions() -> tuple[type[BaseException], ...]:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lakesink.errors import TableNotFoundError
 from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
 
@@ -26,6 +27,7 @@ __all__ = [
     "is_delta_table",
     "object_store",
     "read_bytes",
+    "require_delta_table",
     "write_bytes",
 ]
 
@@ -63,6 +65,18 @@ def has_files(location: str) -> bool:
 def is_delta_table(location: str) -> bool:
     """True when ``location`` holds a Delta log with at least one commit or checkpoint."""
     return bool(folder_names(join(location, "_delta_log")))
+
+
+def require_delta_table(location: str) -> None:
+    """Refuse a location that holds no Delta table, before anything starts a JVM.
+
+    Raises:
+        TableNotFoundError: No Delta log there; the message names the location.
+    """
+    if not is_delta_table(location):
+        raise TableNotFoundError(
+            f"no Delta table at {location}: pass the folder of a table written by lakesink"
+        )
 
 
 def folder_names(location: str) -> list[str]:

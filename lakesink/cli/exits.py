@@ -1,0 +1,93 @@
+"""The exit status of every lakesink command and job, decided in one table.
+
+A scheduler (Airflow, a cron wrapper, a Kubernetes Job) acts on the status alone: retry
+later, have someone look at a failed check, have someone fix the input, or report a bug.
+A commit that failed or whose outcome is unknown leaves its checkpoint pending, and a run
+later settles it (commits are idempotent): that is "retry later", not "fix the input".
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+from lakesink.errors import (
+    AlreadyRunningError,
+    AuditFailedError,
+    CommitError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    LakesinkError,
+    LeaseLostError,
+    MetricsExportError,
+)
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_CHECK_FAILED",
+    "EXIT_CODES",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SOFTWARE",
+    "EXIT_TRY_LATER",
+    "exit_status",
+    "run_command",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1  # a check failed (validation, audit), or a confirmation was declined
+EXIT_BAD_INPUT = 2  # bad options, input or configuration: fix them, retrying fails again
+EXIT_SOFTWARE = 70  # EX_SOFTWARE: a failure lakesink did not foresee; the log has its trace
+EXIT_TRY_LATER = 75  # EX_TEMPFAIL: a lock or lease is held, a commit is unsettled, a push failed
+EXIT_INTERRUPTED = 130  # the shells' status for a command Ctrl-C (SIGINT) stopped
+
+# The first class an error is an instance of decides; anything else lakesink raises is bad
+# input, and an exception lakesink did not raise is EXIT_SOFTWARE.
+STATUSES: tuple[tuple[type[BaseException], int], ...] = (
+    (AuditFailedError, EXIT_CHECK_FAILED),
+    (AlreadyRunningError, EXIT_TRY_LATER),
+    (LeaseLostError, EXIT_TRY_LATER),
+    (MetricsExportError, EXIT_TRY_LATER),
+    (CommitError, EXIT_TRY_LATER),
+    (CommitFailedError, EXIT_TRY_LATER),
+    (CommitStateUnknownError, EXIT_TRY_LATER),
+    (LakesinkError, EXIT_BAD_INPUT),
+)
+
+EXIT_CODES = (
+    f"exit status: {EXIT_OK} done, {EXIT_CHECK_FAILED} a check failed (or a confirmation "
+    f"was declined), {EXIT_BAD_INPUT} bad input or configuration, {EXIT_SOFTWARE} an "
+    f"unexpected failure (a bug: the log has its trace), {EXIT_TRY_LATER} retry later (another "
+    "live run holds the lock or lease, a commit failed or its outcome is unknown and the "
+    "checkpoint stays pending, or the Pushgateway did not answer)"
+)
+
+
+def exit_status(error: BaseException) -> int:
+    """The exit status a command or job ends with when ``error`` stops it."""
+    for kind, status in STATUSES:
+        if isinstance(error, kind):
+            return status
+    return EXIT_SOFTWARE
+
+
+def run_command(name: str, action: Callable[[], int]) -> int:
+    """Run a command's body; what it raises becomes a message on stderr and its status.
+
+    A lakesink error is printed as its message (it says what to do); anything else is
+    logged with its traceback, for a bug report.
+    """
+    try:
+        return action()
+    except LakesinkError as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return exit_status(error)
+    except KeyboardInterrupt:  # Ctrl-C of a short command: what it left is as after a crash
+        print(f"{name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception:
+        log.exception("%s failed unexpectedly", name)
+        return EXIT_SOFTWARE

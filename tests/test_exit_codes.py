@@ -1,0 +1,197 @@
+"""Exit statuses as a scheduler sees them: every command and job, run as a process.
+
+How the tests know the table in ``lakesink.cli.exits`` is what processes end with: each
+command and job runs as the installed script (or ``python jobs/...``) with an input that
+makes it end in one class (bad input 2, a failed check 1, retry later 75, an unexpected
+failure 70, done 0), and the status and the message are read from the finished process.
+Inputs that are wrong are refused before a JVM starts: those runs take about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lakesink.cli.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_CODES,
+    EXIT_OK,
+    EXIT_SOFTWARE,
+    EXIT_TRY_LATER,
+    exit_status,
+)
+from lakesink.delta.spark import CommitRetry
+from lakesink.errors import (
+    AlreadyRunningError,
+    AuditFailedError,
+    CheckpointOrderError,
+    CommitError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    FormatVersionError,
+    LeaseLostError,
+    MetricsExportError,
+    ReservedColumnError,
+    TableNotFoundError,
+    UnknownCheckpointError,
+    ValidationSuiteError,
+)
+
+SCRIPT = Path(sys.executable).parent / "lakesink"
+JOBS = Path(__file__).resolve().parent.parent / "jobs"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def lakesink(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
+
+
+def job(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(JOBS / name), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (AuditFailedError("a check failed"), EXIT_CHECK_FAILED),
+        (AlreadyRunningError("another run holds the lock"), EXIT_TRY_LATER),
+        (LeaseLostError("lost"), EXIT_TRY_LATER),
+        (MetricsExportError("no answer"), EXIT_TRY_LATER),
+        (CommitError("2 commits failed", [(1, RuntimeError("x"))]), EXIT_TRY_LATER),
+        (CommitFailedError("conflicted"), EXIT_TRY_LATER),
+        (CommitStateUnknownError("maybe"), EXIT_TRY_LATER),
+        (ConfigurationError("bad option"), EXIT_BAD_INPUT),
+        (ValidationSuiteError("bad suite"), EXIT_BAD_INPUT),
+        (TableNotFoundError("no table"), EXIT_BAD_INPUT),
+        (FormatVersionError("old"), EXIT_BAD_INPUT),
+        (ReservedColumnError("_lakesink_x"), EXIT_BAD_INPUT),
+        (UnknownCheckpointError("no such checkpoint"), EXIT_BAD_INPUT),
+        (CheckpointOrderError("backwards"), EXIT_BAD_INPUT),
+        (RuntimeError("a bug"), EXIT_SOFTWARE),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_each_error_ends_a_command_with_the_status_of_its_class(error, status):
+    assert exit_status(error) == status
+
+
+def test_options_that_cannot_work_are_refused_when_made():
+    with pytest.raises(ConfigurationError, match=r"max_attempts=0\): a commit needs at least"):
+        CommitRetry(max_attempts=0)
+    with pytest.raises(ConfigurationError, match="initial_backoff_s"):
+        CommitRetry(initial_backoff_s=10, max_backoff_s=1)
+
+
+def test_every_help_names_the_exit_statuses():
+    helped = [lakesink("--help"), lakesink("vacuum", "--help"), job("ingest.py", "--help")]
+    for result in helped:
+        assert result.returncode == EXIT_OK, result.stderr
+        assert " ".join(EXIT_CODES.split()) in " ".join(result.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory) -> dict[str, str]:
+    """A lakesink table with a committed, a pre-committed and an aborted checkpoint; one
+    whose pending checkpoint lost a data file; one whose log is damaged."""
+    from lakesink.delta.format import PENDING
+    from lakesink.delta.sink import DeltaSink
+    from lakesink.ops.status import sink_status
+
+    folder = tmp_path_factory.mktemp("exits")
+    schema = "order_id BIGINT"
+    paths = {name: str(folder / name / "orders") for name in ("good", "lost", "damaged")}
+    for name, path in paths.items():
+        sink = DeltaSink.open(spark, path, schema=schema, view_name=f"exits_{name}")
+        sink.write(spark.createDataFrame([(1,)], schema))
+        sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 1: committed
+        sink.write(spark.createDataFrame([(2,)], schema))
+        sink.checkpoint()  # checkpoint 2: pre-committed, left pending
+        sink.write(spark.createDataFrame([(3,)], schema))
+        sink.close()  # checkpoint 3: aborted
+    # A storage accident under a pending checkpoint: its data file is gone.
+    (pending,) = sink_status(paths["lost"]).pending
+    (pending_file,) = Path(paths["lost"]).glob(f"*/{PENDING}={pending.txn_id}/*.parquet")
+    pending_file.unlink()
+    log_files = sorted((Path(paths["damaged"]) / "_delta_log").glob("*.json"))
+    log_files[-1].write_text("{ this is not a Delta action\n")
+    return paths
+
+
+def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, tmp_path):
+    missing = str(tmp_path / "nothing")
+    good = tables["good"]
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"name": "s", "expectations": []}))
+    runs = {
+        "status": lakesink("status", missing),
+        "metrics": lakesink("metrics", missing),
+        "checkpoints": lakesink("checkpoints", "--state", missing),
+        "commit (no table)": lakesink("commit", missing, "--checkpoint", "1", "--yes"),
+        "commit (committed)": lakesink("commit", good, "--checkpoint", "1", "--yes"),
+        "abort (aborted)": lakesink("abort", good, "--checkpoint", "3", "--yes"),
+        "abort (never was)": lakesink("abort", good, "--checkpoint", "9", "--yes"),
+        "validate": lakesink("validate", good, "--checkpoint", "1", "--suite", str(suite)),
+        "checkpoint-view": lakesink("checkpoint-view", missing, "--checkpoint", "1"),
+        "migrate-table": lakesink("migrate-table", missing),
+        "migrate-checkpoints": lakesink("migrate-checkpoints", missing),
+        "vacuum": lakesink("vacuum", "--table", missing),
+        "jobs/vacuum.py": job("vacuum.py", "--table", missing),
+        "jobs/ingest.py": job(
+            "ingest.py", "--kafka", "127.0.0.1:9", "--table", missing, "--state", missing
+        ),
+    }
+    for what, result in runs.items():
+        assert result.returncode == EXIT_BAD_INPUT, (what, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, what
+        # Refused before any JVM: spark-submit's dependency resolution never ran.
+        assert "starting Spark" not in result.stderr, what
+        assert ":: resolving dependencies" not in result.stderr, what
+    assert "no Delta table at" in runs["status"].stderr
+    assert "checkpoint 1: it is already committed" in runs["commit (committed)"].stderr
+    assert "checkpoint 3: it was aborted" in runs["abort (aborted)"].stderr
+    assert "the sink has no such checkpoint (pending checkpoints: 2)" in (
+        runs["abort (never was)"].stderr
+    )
+    assert "--kafka needs --topic" in runs["jobs/ingest.py"].stderr
+
+
+def test_a_failed_check_ends_with_1_and_try_later_with_75(tables):
+    down = lakesink("metastore", "status", "--port", str(free_port()))
+    assert down.returncode == EXIT_CHECK_FAILED, down.stderr
+    assert "no metastore server answers" in down.stderr
+
+    gateway = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    unpushed = lakesink("metrics", tables["good"], "--push-gateway", gateway)
+    assert unpushed.returncode == EXIT_TRY_LATER, unpushed.stderr[-2000:]
+    assert "Traceback" not in unpushed.stderr
+
+
+@pytest.mark.slow
+def test_a_commit_that_fails_ends_with_75_and_leaves_its_checkpoint_pending(tables):
+    from lakesink.ops.status import sink_status
+
+    failed = lakesink(
+        "commit", tables["lost"], "--checkpoint", "2", "--yes", "--master", "local[1]"
+    )
+    assert failed.returncode == EXIT_TRY_LATER, failed.stderr[-3000:]
+    assert "stays pending" in failed.stderr
+    assert [t.checkpoint_id for t in sink_status(tables["lost"]).pending] == [2]
+
+
+def test_an_unexpected_failure_ends_with_70_and_its_trace(tables):
+    damaged = lakesink("status", tables["damaged"])
+    assert damaged.returncode == EXIT_SOFTWARE, damaged.stderr[-2000:]
+    assert "failed unexpectedly" in damaged.stderr and "Traceback" in damaged.stderr
