@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -160,10 +163,54 @@ def spark_session(
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = configure_spark_with_delta_pip(builder, extra_packages=packages).getOrCreate()
+    builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        _launch_driver_jvm(builder)
+    with _callers_sigint_kept():
+        session = builder.getOrCreate()
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session
+
+
+def _launch_driver_jvm(builder: SparkSession.Builder) -> None:
+    """Start the driver JVM, with the builder's settings, in a session of its own.
+
+    A signal sent to the whole process group (``kill -- -PGID``, a terminal's Ctrl-C, a
+    scheduler stopping a job) then reaches this Python process alone, which stops its work
+    and then Spark, in order; before, the JVM died first and the Python side failed in
+    mid-call. The JVM still ends with this process: pyspark's gateway exits when its stdin,
+    a pipe from here, closes. Does nothing once a JVM runs (a second session of a process),
+    or if pyspark no longer keeps the builder's settings where this looks for them.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    settings = getattr(builder, "_options", None)  # what getOrCreate hands the JVM too
+    if SparkContext._gateway is not None or not isinstance(settings, dict):
+        return
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, str(value))
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+@contextmanager
+def _callers_sigint_kept() -> Iterator[None]:
+    """Keep a SIGINT handler the caller installed across the session's start.
+
+    pyspark puts in its own (cancel every job, raise KeyboardInterrupt) when a SparkContext
+    starts in the main thread; a command that stops in order on SIGINT (``lakesink
+    serve``, a ``--follow`` job) installed its own first, and keeps it.
+    """
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if in_main else None
+    try:
+        yield
+    finally:
+        if callable(previous) and previous is not signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _storage_from_env() -> StorageOptions | None:

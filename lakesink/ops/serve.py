@@ -5,8 +5,8 @@ connect to it over JDBC/ODBC. It runs in the foreground in this process's Spark 
 with Delta and the catalog of the shared metastore (``LAKESINK_METASTORE_URL`` or
 ``LAKESINK_METASTORE_DIR``; without either, a catalog of its own that holds only the views
 of ``tables``). The views of ``tables`` are (re)created at start, one per sink, named as the
-sink's id; raw tables are registered by no name. SIGINT or SIGTERM stops the server and
-its JVM.
+sink's id; raw tables are registered by no name. It runs until its caller sets ``stop``
+(``lakesink serve`` does on SIGINT or SIGTERM), then stops the server and its JVM.
 
 The Delta jars go on the driver's class path too: the server's sessions run on Thrift
 threads whose class loader does not see jars given as packages (delta-io/delta#1332), so
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -89,8 +88,10 @@ def delta_class_path() -> str:
     return os.pathsep.join(jars)
 
 
-def serve(options: ServeOptions, *, ready: Callable[[str], None] = print) -> None:
-    """Run the server until SIGINT or SIGTERM; ``ready`` gets the JDBC URL once it listens.
+def serve(
+    options: ServeOptions, *, stop: threading.Event, ready: Callable[[str], None] = print
+) -> None:
+    """Run the server until ``stop`` is set; ``ready`` gets the JDBC URL once it listens.
 
     Raises:
         ConfigurationError: The port is taken, or the Delta jars cannot be resolved.
@@ -128,7 +129,6 @@ def serve(options: ServeOptions, *, ready: Callable[[str], None] = print) -> Non
             table = read_sink_table(spark, normalize(path))
             create_committed_view(spark, table.path, table.sink_id, table.schema.fieldNames())
             log.info("view %s: the committed rows of %s", table.sink_id, table.path)
-        stop = _stop_on_signals()
         thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver  # type: ignore[union-attr]
         server = thrift.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
         ready(f"jdbc:hive2://{options.host}:{options.port}/default")
@@ -140,15 +140,3 @@ def serve(options: ServeOptions, *, ready: Callable[[str], None] = print) -> Non
         spark.stop()
         if own_catalog is not None:
             own_catalog.cleanup()
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handle(signum: int, _frame: object) -> None:
-        log.info("signal %s received", signal.Signals(signum).name)
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, handle)
-    return stop

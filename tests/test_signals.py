@@ -1,0 +1,119 @@
+"""Long-running commands stopped as schedulers, systemd and terminals stop them.
+
+``lakesink serve`` and the ``--follow`` ingest job each run as a real process in a process
+group of its own, and get SIGTERM or SIGINT, sent to the process alone or to its whole
+group (``kill -- -PGID``, what a terminal's Ctrl-C and many supervisors do). How the tests
+know each stopped cleanly: it exits 0 with no traceback; every process it started (the
+driver JVM among them, found under it in /proc before the signal) is gone soon after; and
+for the ingest job, the journal holds no transaction left open, and every batch Spark
+recorded in its commit log is committed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_ingest_crash import generate
+from test_serve import alive, descendants, free_port, serve, wait_ready
+
+from lakesink.core import TxnState
+from lakesink.ops.status import sink_status
+
+pytestmark = pytest.mark.slow
+
+JOBS = Path(__file__).resolve().parent.parent / "jobs"
+WAYS = [
+    pytest.param(signum, target, id=f"{signum.name}-to-{target}")
+    for signum in (signal.SIGTERM, signal.SIGINT)
+    for target in ("process", "group")
+]
+
+
+def stop(process: subprocess.Popen[str], signum: signal.Signals, target: str) -> set[int]:
+    """Send ``signum`` to the process or its group; return the processes it had started."""
+    below = descendants(process.pid)
+    assert below, "it started no JVM"
+    if target == "group":
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    return below
+
+
+def assert_gone(below: set[int]) -> None:
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in below if alive(p)], "a process it started outlived it"
+
+
+@pytest.mark.parametrize(("signum", "target"), WAYS)
+def test_the_sql_server_stops_cleanly(tmp_path, signum, target):
+    log = tmp_path / "serve.log"
+    server = serve("--port", str(free_port()), "--master", "local[1]", log=log)
+    try:
+        wait_ready(server, log)
+        below = stop(server, signum, target)
+        assert server.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert_gone(below)
+        assert "Traceback" not in log.read_text()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.mark.parametrize(("signum", "target"), WAYS)
+def test_a_following_ingest_job_stops_cleanly(tmp_path, signum, target):
+    generate(tmp_path, orders=200, files=8)
+    command = [
+        sys.executable,
+        str(JOBS / "ingest.py"),
+        "--master", "local[1]",
+        "--landing", str(tmp_path / "landing"),
+        "--table", str(tmp_path / "orders"),
+        "--state", str(tmp_path / "state"),
+        "--files-per-checkpoint", "2",
+        "--follow",
+        "--checkpoint-seconds", "1",
+    ]  # fmt: skip
+    log = tmp_path / "ingest.log"
+    job = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert job.stdout is not None
+        printed = []
+        while not any(line.startswith("batch 1:") for line in printed):
+            line = job.stdout.readline()
+            assert line or job.poll() is None, f"the job ended:\n{log.read_text()[-3000:]}"
+            printed.append(line)
+        below = stop(job, signum, target)
+        rest, _ = job.communicate(timeout=180)
+        assert job.returncode == 0, log.read_text()[-3000:]
+        assert "stopped:" in rest
+        assert_gone(below)
+        assert "Traceback" not in log.read_text()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+
+    status = sink_status(str(tmp_path / "orders"))
+    everything = [*status.committed, *status.pending, *status.held, *status.aborted]
+    assert not [t for t in everything if t.state is TxnState.OPEN], "a transaction left open"
+    recorded = [
+        int(name.name) for name in (tmp_path / "state" / "ingest" / "commits").iterdir()
+        if name.name.isdigit()
+    ]  # fmt: skip
+    assert status.last_committed_checkpoint == max(recorded) >= 1
