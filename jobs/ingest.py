@@ -18,28 +18,30 @@ SIGINT or SIGTERM stops it cleanly. A landing file that does not parse is copied
 The query's checkpoint location is ``<state>/<job id>``: a restart resumes from it, and
 every batch Spark recorded there is committed exactly once.
 
-Exit codes: 0 done, 2 bad options or input (the message says what to fix), 75 another
-live run of the same job holds its locks (retry later).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
-from lakesink.errors import LakesinkError, exit_status
+from lakesink.cli.exits import EXIT_CODES, EXIT_OK, run_command
+from lakesink.cli.signals import stop_requested
+from lakesink.core import step_hook_from_env
+from lakesink.errors import LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.storage.files import copy_file, write_bytes
 from lakesink.storage.location import join, name, normalize
-from lakesink.testing.faults import hook_from_env
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
 
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobs/ingest.py",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
+        epilog=__doc__.split("\n", 2)[2] + EXIT_CODES + ".",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--landing", help="folder new files arrive in")
@@ -175,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the query until it is drained (or stopped, with --follow); return its batches."""
+def run(args: argparse.Namespace, stop: threading.Event) -> int:
+    """Run the query until it is drained or ``stop`` is set; return its batches."""
     if args.kafka and not args.topic:
         raise LakesinkError("--kafka needs --topic: the topic the orders arrive on")
     gate = None
@@ -184,10 +186,10 @@ def run(args: argparse.Namespace) -> int:
         from lakesink.delta.validation import ValidationGate
 
         gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
-    # Fault injection ($LAKESINK_CRASH_AT and friends, lakesink.testing.faults): the crash
-    # tests, the cluster fault tests and the demo stop or kill the job at a protocol step.
-    # Read before Spark starts, so that a malformed spec fails at once.
-    step_hook = hook_from_env()
+    # A hook at each protocol step, named by $LAKESINK_STEP_HOOK: the crash tests, the
+    # cluster fault tests and the demo kill or hold the job at a step through it. Made
+    # before Spark starts, so that a malformed spec fails at once.
+    step_hook = step_hook_from_env()
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )
@@ -256,14 +258,19 @@ def run(args: argparse.Namespace) -> int:
             else:
                 writer = writer.trigger(availableNow=True)
             query = writer.start()
-            _stop_on_signals(query)
-            # In slices, so that the signal handlers run (in this thread) while it waits.
+            # In slices: a signal only sets ``stop``, and the query is stopped from here.
             while not query.awaitTermination(1):
-                pass
+                if stop.is_set():
+                    _stop_between_batches(query)
 
     try:
+        if stop.is_set():  # it came while Spark started
+            return 0
         run_query()
     except StreamingQueryException as exc:
+        if stop.is_set():  # a batch that was starting as the query stopped: it runs again
+            log.warning("the batch in flight when the query stopped failed: %s", _first(exc))
+            return len(batches)
         # SPARK-55271: Spark's Kafka source (4.1.1-4.1.2) fails its progress report after a
         # restart whose first batch is one it runs again. The batch is in the commit log by
         # then (and committed by the sink's close), so running the query again goes on.
@@ -271,7 +278,23 @@ def run(args: argparse.Namespace) -> int:
             raise
         log.warning("the Kafka source failed its metrics after a restart (SPARK-55271); again")
         run_query()
+    finally:
+        spark.stop()
     return len(batches)
+
+
+def _stop_between_batches(query: StreamingQuery, wait_s: float = 120.0) -> None:
+    """Stop the query once no batch runs (up to ``wait_s``): a stop in the middle of one
+    cancels its Spark jobs, and the batch then fails (it runs again next time)."""
+    log.info("stopping the query once its batch in flight is done")
+    deadline = time.monotonic() + wait_s
+    while query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+
+
+def _first(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def _landing_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
@@ -336,28 +359,20 @@ def _quarantine(batch: DataFrame, landing: str) -> list[str]:
     return [row["_file"] for row in bad]
 
 
-def _stop_on_signals(query) -> None:
-    def stop(signum: int, frame: object) -> None:
-        log.info("signal %d: stopping the query after its current batch", signum)
-        query.stop()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop = stop_requested()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback
-    try:
-        batches = run(args)
-    except LakesinkError as error:
-        print(f"ingest: {error}", file=sys.stderr)
-        return exit_status(error)
-    print(f"done: {batches} batch(es)")
-    return 0
+
+    def ingest() -> int:
+        batches = run(args, stop)
+        print(f"{'stopped' if stop.is_set() else 'done'}: {batches} batch(es)")
+        return EXIT_OK
+
+    return run_command("ingest", ingest)
 
 
 if __name__ == "__main__":

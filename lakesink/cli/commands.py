@@ -9,7 +9,9 @@ import sys
 from datetime import datetime, timezone
 
 from lakesink import __version__
-from lakesink.errors import EXIT_CODES, LakesinkError, exit_status
+from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
+from lakesink.errors import TableNotFoundError
+from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
 
 __all__ = ["main"]
@@ -28,26 +30,21 @@ def _jars(args: argparse.Namespace) -> int:
 
 
 def _metastore(args: argparse.Namespace) -> int:
-    from lakesink.errors import ConfigurationError
     from lakesink.ops import metastore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     # Loopback only (the module's default host): the server has no authentication.
-    try:
-        if args.action == "start":
-            print(metastore.start_server(args.dir, port=args.port))
-            return 0
-        if args.action == "stop":
-            metastore.stop_server(data_dir=args.dir, port=args.port)
-            return 0
-        if metastore.server_running(port=args.port):
-            print(metastore.jdbc_url(port=args.port))
-            return 0
-        print(f"no metastore server answers on 127.0.0.1:{args.port}", file=sys.stderr)
-        return 1
-    except ConfigurationError as exc:
-        print(f"lakesink metastore {args.action}: {exc}", file=sys.stderr)
-        return 1
+    if args.action == "start":
+        print(metastore.start_server(args.dir, port=args.port))
+        return 0
+    if args.action == "stop":
+        metastore.stop_server(data_dir=args.dir, port=args.port)
+        return 0
+    if metastore.server_running(port=args.port):
+        print(metastore.jdbc_url(port=args.port))
+        return 0
+    print(f"no metastore server answers on 127.0.0.1:{args.port}", file=sys.stderr)
+    return EXIT_CHECK_FAILED
 
 
 def _session(args: argparse.Namespace):
@@ -146,9 +143,8 @@ def _metrics(args: argparse.Namespace) -> int:
 def _resolve(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
 
-    spark = _session(args)
     table = normalize(args.table)
-    found = pending_transactions(spark, table, args.checkpoint)
+    found = pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     rows = sum(t.row_count or 0 for t in found)
     question = (
         f"{args.command} checkpoint {args.checkpoint} of {table}: {len(found)} transaction(s), "
@@ -159,29 +155,30 @@ def _resolve(args: argparse.Namespace) -> int:
             print(
                 f"{question}\nrefusing without a terminal to confirm; pass --yes", file=sys.stderr
             )
-            return 2
+            return EXIT_BAD_INPUT
         if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing changed")
-            return 1
+            return EXIT_CHECK_FAILED
     done = resolve_checkpoint(
-        spark,
+        _session(args),
         table,
         args.checkpoint,
         args.command,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    print(f"{args.command}ed checkpoint {args.checkpoint}: {len(done)} transaction(s)")
+    done_word = {"commit": "committed", "abort": "aborted"}[args.command]
+    print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s)")
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
     from lakesink.delta.validation import ValidationGate
-    from lakesink.ops.resolve import revalidate_checkpoint
+    from lakesink.ops.resolve import pending_transactions, revalidate_checkpoint
 
     gate = ValidationGate.from_file(args.suite)
-    spark = _session(args)
     table = normalize(args.table)
-    results = revalidate_checkpoint(spark, table, args.checkpoint, gate)
+    pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
+    results = revalidate_checkpoint(_session(args), table, args.checkpoint, gate)
     if args.report:
         _write_reports(results, table, args.report)
     if args.json:
@@ -190,7 +187,7 @@ def _validate(args: argparse.Namespace) -> int:
         for txn, report in results:
             print(f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}")
             print(f"  {report.summary()}")
-    return 0 if all(report.success for _, report in results) else 1
+    return 0 if all(report.success for _, report in results) else EXIT_CHECK_FAILED
 
 
 def _write_reports(validated: list, table: str, directory: str) -> None:
@@ -215,23 +212,25 @@ def _write_reports(validated: list, table: str, directory: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from lakesink.cli.signals import stop_requested
     from lakesink.ops.serve import ServeOptions, serve
 
+    stop = stop_requested()  # before Spark starts: a signal during the start stops it too
     print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
     options = ServeOptions(
         host=args.host, port=args.port, tables=tuple(args.table), master=args.master
     )
-    serve(options, ready=lambda url: print(f"serving SQL at {url}", flush=True))
+    serve(options, stop=stop, ready=lambda url: print(f"serving SQL at {url}", flush=True))
     print("stopped", file=sys.stderr)
     return 0
 
 
 def _checkpoint_view(args: argparse.Namespace) -> int:
-    from lakesink.ops.resolve import create_checkpoint_view
+    from lakesink.ops.resolve import create_checkpoint_view, pending_transactions
 
-    spark = _session(args)
     table = normalize(args.table)
-    name, transactions = create_checkpoint_view(spark, table, args.checkpoint, args.name)
+    pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
+    name, transactions = create_checkpoint_view(_session(args), table, args.checkpoint, args.name)
     states = ", ".join(sorted({t.state.value for t in transactions}))
     print(
         f"view {name}: the rows of checkpoint {args.checkpoint} ({len(transactions)} "
@@ -243,8 +242,9 @@ def _checkpoint_view(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_checkpoints
 
-    spark = _session(args)
-    plan = migrate_checkpoints(spark, args.state, dry_run=args.dry_run)
+    if not has_files(normalize(args.state)):  # before Spark: a wrong path fails fast
+        raise TableNotFoundError(f"nothing at {args.state}: pass a job's --state folder")
+    plan = migrate_checkpoints(_session(args), args.state, dry_run=args.dry_run)
     print(plan.summary())
     return 0
 
@@ -252,8 +252,9 @@ def _migrate(args: argparse.Namespace) -> int:
 def _migrate_table(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_table
 
-    spark = _session(args)
-    plan = migrate_table(spark, args.table, dry_run=args.dry_run)
+    table = normalize(args.table)
+    require_delta_table(table)  # before Spark: a wrong path fails fast
+    plan = migrate_table(_session(args), table, dry_run=args.dry_run)
     print(plan.summary())
     return 0
 
@@ -484,12 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
-    try:
-        return args.func(args)
-    except LakesinkError as error:
-        print(f"lakesink {args.command}: {error}", file=sys.stderr)
-        return exit_status(error)
+        return EXIT_BAD_INPUT
+    return run_command(f"lakesink {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

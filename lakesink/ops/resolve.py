@@ -37,19 +37,33 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def pending_transactions(
-    spark: SparkSession, path: str, checkpoint_id: int
-) -> list[TransactionStatus]:
-    """The not yet committed or aborted transactions of a checkpoint; raise if none."""
+def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatus]:
+    """The transactions of a checkpoint that are not yet committed or aborted.
+
+    Read from the table's log and its journal with delta-rs, no JVM: a command refuses a
+    wrong table or checkpoint in a fraction of a second, before Spark starts.
+
+    Raises:
+        TableNotFoundError: No lakesink table at ``path``.
+        FormatVersionError: A lakesink table of another format.
+        UnknownCheckpointError: Nothing of the checkpoint is pending; the message says
+            whether it is already committed, was aborted, or never was.
+    """
     status = sink_status(path)
     found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
-    if not found:
-        unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
-        raise UnknownCheckpointError(
-            f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id} "
-            f"(pending checkpoints: {unfinished or 'none'})"
-        )
-    return found
+    if found:
+        return found
+    if any(t.checkpoint_id == checkpoint_id for t in status.committed):
+        why = "it is already committed"
+    elif any(t.checkpoint_id == checkpoint_id for t in status.aborted):
+        why = "it was aborted (its rows never become visible; the vacuum removes them)"
+    else:
+        why = "the sink has no such checkpoint"
+    unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
+    raise UnknownCheckpointError(
+        f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id}: {why} "
+        f"(pending checkpoints: {', '.join(map(str, unfinished)) or 'none'})"
+    )
 
 
 def create_checkpoint_view(
@@ -65,7 +79,7 @@ def create_checkpoint_view(
         UnknownCheckpointError: Nothing of the checkpoint is pending.
     """
     table = read_sink_table(spark, path)
-    transactions = pending_transactions(spark, path, checkpoint_id)
+    transactions = pending_transactions(path, checkpoint_id)
     name = view_name or f"{table.sink_id}_checkpoint_{checkpoint_id}"
     create_pending_view(spark, table, name, [t.txn_id for t in transactions])
     log.info("created view %s of checkpoint %d of %s", name, checkpoint_id, path)
@@ -90,7 +104,7 @@ def resolve_checkpoint(
             commit was already decided.
         AlreadyRunningError: A writer of the checkpoint is still running.
     """
-    transactions = pending_transactions(spark, path, checkpoint_id)
+    transactions = pending_transactions(path, checkpoint_id)
     commit = action == "commit"
     check_resolvable([_logged(t) for t in transactions], commit=commit)
     for writer_id in sorted({t.writer_id for t in transactions}):
@@ -116,7 +130,7 @@ def revalidate_checkpoint(
         UnknownCheckpointError: Nothing pre-committed or held in that checkpoint.
     """
     transactions = [
-        t for t in pending_transactions(spark, path, checkpoint_id) if t.state is not TxnState.OPEN
+        t for t in pending_transactions(path, checkpoint_id) if t.state is not TxnState.OPEN
     ]
     if not transactions:
         raise UnknownCheckpointError(
@@ -127,7 +141,7 @@ def revalidate_checkpoint(
     journal = Journal(spark, table.journal_path, create=False)
     results = []
     for txn in transactions:
-        report = gate.validate(pending_rows(spark, table, txn.txn_id))
+        report = gate.validate(pending_rows(spark, table, [txn.txn_id]))
         journal.record(
             txn.event(
                 table_path=table.path,
