@@ -19,6 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lakesink.core import STEP_HOOK_ENV
+from lakesink.testing.faults import CRASH_ENV, STEP_HOOK
+
 JOBS = Path(__file__).resolve().parent
 
 
@@ -67,7 +70,7 @@ def main() -> int:
     ]
     if step("generate sample orders", generate, logs / "generate.log") != 0:
         return 1
-    crash_env = {**os.environ, "LAKESINK_CRASH_AT": "after_pre_commit@1"}
+    crash_env = {**os.environ, STEP_HOOK_ENV: STEP_HOOK, CRASH_ENV: "after_pre_commit@1"}
     title = "ingest, killed with SIGKILL in batch 1 (pre-committed, not in Spark's commit log)"
     code = step(title, ingest, logs / "ingest-killed.log", env=crash_env)
     killed = code == -signal.SIGKILL

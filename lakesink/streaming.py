@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import StructType
 
+from lakesink.core import StepHook
 from lakesink.core.microbatch import MicroBatchDriver
 from lakesink.delta.sink import DeltaSink, SinkOptions
 from lakesink.errors import ConfigurationError
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 #: Writes one micro-batch into the sinks (by name); the default writes it into the only one.
 Process = Callable[[DataFrame, Mapping[str, DeltaSink]], None]
-StepHook = Callable[[str, int], None]
 
 
 class StreamingSink:

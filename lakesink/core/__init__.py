@@ -13,14 +13,18 @@ from lakesink.core.protocol import Clock, SystemClock, TransactionTimeout, TwoPh
 from lakesink.core.recovery import RecoveryPlan, plan
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import (
+    STEP_HOOK_ENV,
     LoggedTransaction,
     SinkState,
+    StepHook,
     TransactionHolder,
     TransactionLog,
     TxnState,
+    step_hook_from_env,
 )
 
 __all__ = [
+    "STEP_HOOK_ENV",
     "Batch",
     "CheckpointCoordinator",
     "CheckpointRecord",
@@ -34,6 +38,7 @@ __all__ = [
     "RecoveryPlan",
     "SinkState",
     "Source",
+    "StepHook",
     "SystemClock",
     "TransactionHolder",
     "TransactionLog",
@@ -41,4 +46,5 @@ __all__ = [
     "TwoPhaseCommitSink",
     "TxnState",
     "plan",
+    "step_hook_from_env",
 ]

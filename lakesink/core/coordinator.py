@@ -27,7 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
-from lakesink.core.state import SinkState
+from lakesink.core.state import SinkState, StepHook
 from lakesink.errors import ConfigurationError, ProtocolError
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DataT = TypeVar("DataT")
-StepHook = Callable[[str, int], None]
 
 
 class Lock(Protocol):

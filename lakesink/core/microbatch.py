@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.protocol import TwoPhaseCommitSink
-from lakesink.core.state import TxnState
+from lakesink.core.state import StepHook, TxnState
 from lakesink.errors import CheckpointOrderError, ConfigurationError
 
 __all__ = ["MicroBatchDriver"]
@@ -40,7 +40,6 @@ __all__ = ["MicroBatchDriver"]
 log = logging.getLogger(__name__)
 
 SinkT = TypeVar("SinkT", bound=TwoPhaseCommitSink[Any, Any])
-StepHook = Callable[[str, int], None]
 
 
 class MicroBatchDriver(Generic[SinkT]):

@@ -7,17 +7,57 @@ Pure data, shared by the protocol (``lakesink.core.protocol``), its recovery pla
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
-from collections.abc import Hashable
+import os
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from lakesink.errors import ProtocolError
 
-__all__ = ["LoggedTransaction", "SinkState", "TransactionHolder", "TransactionLog", "TxnState"]
+__all__ = [
+    "STEP_HOOK_ENV",
+    "LoggedTransaction",
+    "SinkState",
+    "StepHook",
+    "TransactionHolder",
+    "TransactionLog",
+    "TxnState",
+    "step_hook_from_env",
+]
 
 TxnT = TypeVar("TxnT", bound=Hashable)
+
+#: Called with the name of a protocol step a sink or driver reaches and the checkpoint id
+#: (observability, and the fault injection of ``lakesink.testing.faults``).
+StepHook = Callable[[str, int], None]
+
+STEP_HOOK_ENV = "LAKESINK_STEP_HOOK"
+
+
+def step_hook_from_env() -> StepHook | None:
+    """The step hook ``$LAKESINK_STEP_HOOK`` names as ``module:factory``, made by calling the
+    factory (which may return None); None when the variable is unset.
+
+    How a job takes a hook it does not know: the crash, cluster and demo runs name
+    ``lakesink.testing.faults:hook_from_env``, and the job never imports test tooling.
+
+    Raises:
+        ProtocolError: The variable does not name a callable ``module:factory``.
+    """
+    spec = os.environ.get(STEP_HOOK_ENV)
+    if not spec:
+        return None
+    module, _, factory = spec.partition(":")
+    try:
+        make = getattr(importlib.import_module(module), factory)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ProtocolError(
+            f"{STEP_HOOK_ENV}={spec!r} names no module:factory that can be imported ({exc})"
+        ) from None
+    return make()
 
 
 class TxnState(str, Enum):
@@ -42,6 +82,17 @@ class TxnState(str, Enum):
     def final(self) -> bool:
         """Committed or aborted: nothing more happens to the transaction."""
         return self in (TxnState.COMMITTED, TxnState.ABORTED)
+
+    @property
+    def decided(self) -> bool:
+        """Committing or committed: its commit was decided, and recovery must finish it."""
+        return self in (TxnState.COMMITTING, TxnState.COMMITTED)
+
+    @property
+    def pending(self) -> bool:
+        """Open, pre-committed or committing: it waits for the protocol (held ones wait for
+        an operator)."""
+        return self in (TxnState.OPEN, TxnState.PRE_COMMITTED, TxnState.COMMITTING)
 
 
 _RANK = {

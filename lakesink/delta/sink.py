@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from pyspark.sql.types import StructType
 from lakesink.core import (
     Clock,
     LoggedTransaction,
+    StepHook,
     TransactionHolder,
     TransactionLog,
     TransactionTimeout,
@@ -112,8 +112,6 @@ log = logging.getLogger(__name__)
 APPEND_ATTEMPTS = 3
 COMMIT_MODES = ("merge", "metadata")
 _WRITER_LOCK_PREFIX = "_lakesink_writer_"
-
-StepHook = Callable[[str, int], None]
 
 
 @dataclass(frozen=True)
@@ -306,7 +304,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
-        return pending_rows(self.spark, self.table, transaction.txn_id)
+        return pending_rows(self.spark, self.table, [transaction.txn_id])
 
     # ----------------------------------------------------------------- hooks
 

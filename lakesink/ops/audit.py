@@ -92,10 +92,9 @@ _ROWS_METRIC = {
     "UPDATE": "numUpdatedRows",
     "DELETE": "numDeletedRows",
 }
+
+
 # An operator's commit decision is journaled before its MERGE: its rows may be visible.
-_DECIDED = (TxnState.COMMITTING, TxnState.COMMITTED)
-
-
 class Phase(str, Enum):
     """Where a transaction stands, as an auditor groups it."""
 
@@ -109,9 +108,7 @@ class Phase(str, Enum):
     def of(cls, state: TxnState | None) -> Phase:
         if state is None:
             return cls.UNKNOWN
-        if state in (TxnState.COMMITTED, TxnState.ABORTED, TxnState.HELD):
-            return cls(state.value)
-        return cls.PENDING
+        return cls.PENDING if state.pending else cls(state.value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -777,7 +774,7 @@ def _publishable(audit: TransactionAudit) -> bool:
     pre-commit: a pre-committed transaction whose lakesink commit MERGE is in the history
     is a commit in flight, or stopped by a crash until recovery commits it again.
     """
-    return audit.state in _DECIDED or (
+    return (audit.state is not None and audit.state.decided) or (
         audit.state is TxnState.PRE_COMMITTED and audit.commit_version is not None
     )
 

@@ -73,11 +73,7 @@ def sink_status(path: str) -> SinkStatus:
         table_path=path,
         journal_path=table.journal_path,
         committed=tuple(s for s in transactions if s.state is TxnState.COMMITTED),
-        pending=tuple(
-            s
-            for s in transactions
-            if s.state not in (TxnState.COMMITTED, TxnState.ABORTED, TxnState.HELD)
-        ),
+        pending=tuple(s for s in transactions if s.state.pending),
         held=tuple(s for s in transactions if s.state is TxnState.HELD),
         aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
     )

@@ -88,7 +88,7 @@ _HOURS_PER_UNIT = {
     "millisecond": 1 / 3_600_000,
     "microsecond": 1 / 3_600_000_000,
 }
-_DECIDED = frozenset({TxnState.COMMITTING, TxnState.COMMITTED})
+_DECIDED = frozenset(state for state in TxnState if state.decided)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,13 +25,14 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakesink.core import StepHook
 from lakesink.errors import ConfigurationError
 
-__all__ = ["CRASH_ENV", "HOLD_ENV", "MARKERS_ENV", "StepHook", "StepPoint", "hook_from_env"]
+__all__ = ["CRASH_ENV", "HOLD_ENV", "MARKERS_ENV", "STEP_HOOK", "StepPoint", "hook_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,9 @@ CRASH_ENV = "LAKESINK_CRASH_AT"
 MARKERS_ENV = "LAKESINK_STEP_MARKERS"
 HOLD_ENV = "LAKESINK_HOLD_AT"
 HOLD_LIMIT_S = 600.0
-
-StepHook = Callable[[str, int], None]
+#: What ``$LAKESINK_STEP_HOOK`` is set to for a job to take these faults (see
+#: ``lakesink.core.step_hook_from_env``).
+STEP_HOOK = f"{__name__}:hook_from_env"
 
 
 @dataclass(frozen=True, kw_only=True)
