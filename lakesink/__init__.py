@@ -1,10 +1,13 @@
 """lakesink: exactly-once, two-phase-commit writes from PySpark into Delta Lake tables.
 
-``lakesink.core`` is the engine-free protocol and coordinator; ``lakesink.delta`` its Spark
-and Delta implementation; ``lakesink.sources`` the inputs a job reads; ``lakesink.ops``
-what operators run (vacuum, status, audit, commit or abort by hand); ``lakesink.cli`` the
-``lakesink`` command; ``lakesink.testing`` test tooling.
+What a user needs is importable from here: ``Table`` (a lakesink table: its checkpoints,
+rows as of a checkpoint, operator actions), ``DeltaSink`` and ``StreamingSink`` (writing),
+``spark_session``, the readers ``committed`` (Spark) and ``arrow`` (no JVM), the options
+and every exception. ``lakesink.core`` is the engine-free protocol for implementers of a
+new sink or driver.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from lakesink.core import (
     CheckpointCoordinator,
@@ -16,6 +19,7 @@ from lakesink.core import (
 )
 from lakesink.errors import (
     AlreadyRunningError,
+    AuditFailedError,
     CheckpointOrderError,
     CommitError,
     CommitFailedError,
@@ -23,6 +27,8 @@ from lakesink.errors import (
     ConfigurationError,
     FormatVersionError,
     LakesinkError,
+    LeaseLostError,
+    MetricsExportError,
     ProtocolError,
     ReservedColumnError,
     SchemaMismatchError,
@@ -31,25 +37,41 @@ from lakesink.errors import (
     ValidationSuiteError,
 )
 
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from lakesink.delta.readers import committed
+    from lakesink.delta.session import spark_session
+    from lakesink.delta.sink import DeltaSink, SinkOptions
+    from lakesink.delta.spark import CommitRetry
+    from lakesink.delta.validation import ValidationGate
+    from lakesink.readers import arrow
+    from lakesink.streaming import StreamingSink
+    from lakesink.table import Checkpoint, Table
+
 __version__ = "0.2.0"
 
 __all__ = [
     "AlreadyRunningError",
+    "AuditFailedError",
+    "Checkpoint",
     "CheckpointCoordinator",
     "CheckpointOrderError",
     "CommitError",
     "CommitFailedError",
+    "CommitRetry",
     "CommitStateUnknownError",
     "ConfigurationError",
     "DeltaSink",
     "FormatVersionError",
-    "Journal",
     "LakesinkError",
+    "LeaseLostError",
+    "MetricsExportError",
     "ProtocolError",
     "ReservedColumnError",
     "SchemaMismatchError",
     "SinkOptions",
     "SinkState",
+    "StreamingSink",
+    "Table",
     "TableNotFoundError",
     "TransactionHolder",
     "TransactionTimeout",
@@ -58,25 +80,28 @@ __all__ = [
     "UnknownCheckpointError",
     "ValidationGate",
     "ValidationSuiteError",
+    "arrow",
     "committed",
     "spark_session",
-    "vacuum",
 ]
 
 
-# Spark-bound names are imported lazily so that the core never pulls in pyspark.
+# Spark-bound names are imported when first used, so that the core never pulls in pyspark.
 _LAZY = {
-    "spark_session": "lakesink.delta.session",
-    "committed": "lakesink.delta.readers",
+    "Checkpoint": "lakesink.table",
+    "CommitRetry": "lakesink.delta.spark",
     "DeltaSink": "lakesink.delta.sink",
     "SinkOptions": "lakesink.delta.sink",
-    "Journal": "lakesink.delta.journal",
-    "vacuum": "lakesink.ops.vacuum",
+    "StreamingSink": "lakesink.streaming",
+    "Table": "lakesink.table",
     "ValidationGate": "lakesink.delta.validation",
+    "arrow": "lakesink.readers",
+    "committed": "lakesink.delta.readers",
+    "spark_session": "lakesink.delta.session",
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -126,7 +127,8 @@ def test_quickstart_runs_and_leaves_both_checkpoints_committed_once(spark, tmp_p
 
     out = stdout(notebook)
     assert "pre-committed; the committed view shows 3 rows" in out
-    assert ": 3 committed rows" in out  # time travel to before checkpoint 2's commit
+    assert "as of checkpoint 1: 3 committed rows" in out  # read as of a checkpoint
+    assert re.search(r"checkpoint 2: committed, 2 rows, published in Delta version \d+", out)
     # What the kernel left on disk, read back by this process: 5 rows, each once.
     table = str(workdir / "orders")
     orders = sorted(r.order_id for r in committed(spark, table).collect())

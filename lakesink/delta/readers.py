@@ -99,14 +99,14 @@ def _create_view(
     )
 
 
-def pending_rows(spark: SparkSession, table: SinkTable, txn_id: str) -> DataFrame:
-    """A pending (pre-committed, held or open) transaction's rows, user columns only.
+def pending_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[str]) -> DataFrame:
+    """The rows of pending (pre-committed, held or open) transactions, user columns only.
 
-    What a suite audits. Read from the transaction's own partition, no other file.
+    What a suite audits. Read from the transactions' own partitions, no other file.
     """
     return (
         spark.read.format("delta")
         .load(table.path)
-        .where((F.col(VISIBLE) == F.lit(False)) & (F.col(PENDING) == txn_id))
+        .where((F.col(VISIBLE) == F.lit(False)) & F.col(PENDING).isin(list(txn_ids)))
         .select(*[F.col(quote_identifier(name)) for name in table.schema.fieldNames()])
     )
