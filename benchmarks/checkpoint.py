@@ -2,9 +2,9 @@
 
 What a job pays per checkpoint however small it is: each sink appends its rows, the
 coordinator pre-commits both (journal, validation off), records the checkpoint in its
-Delta checkpoint table, then commits both (a MERGE each, journal). The baseline appends
-the same rows to two plain Delta tables. Each repetition runs ``checkpoints`` checkpoints
-into fresh tables; the figure is the time of one.
+Delta checkpoint table, then commits both (a MERGE each, or a metadata commit each, and the
+journal). The baseline appends the same rows to two plain Delta tables. Each repetition
+runs ``checkpoints`` checkpoints into fresh tables; the figure is the time of one.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class CheckpointPoint:
     checkpoints: int
     plain: Timing
     lakesink: Timing
+    lakesink_metadata: Timing  # the same, the sinks committing by metadata
 
 
 def measure(
@@ -81,10 +82,18 @@ def measure(
             workspace.drop(folder)
             return {"plain": seconds / checkpoints}
 
-        def lakesink(rows=rows, batches=batches, schema=data.schema) -> dict[str, float]:
+        def lakesink(
+            rows=rows, batches=batches, schema=data.schema, commit="merge"
+        ) -> dict[str, float]:
             folder = workspace.folder(f"checkpoint-lakesink-{rows}")
             sinks = {
-                name: DeltaSink(spark, f"{folder}/{name}", schema=schema, view_name=f"bench_{name}")
+                name: DeltaSink(
+                    spark,
+                    f"{folder}/{name}",
+                    schema=schema,
+                    view_name=f"bench_{name}",
+                    commit=commit,
+                )
                 for name in SINKS
             }
             job = CheckpointCoordinator(
@@ -108,9 +117,13 @@ def measure(
                     "a checkpoint benchmark table",
                 )
             workspace.drop(folder)
-            return {"lakesink": seconds / checkpoints}
+            key = "lakesink" if commit == "merge" else "lakesink_metadata"
+            return {key: seconds / checkpoints}
 
-        timings = alternate(repetitions, plain, lakesink)
+        def metadata(lakesink=lakesink) -> dict[str, float]:
+            return lakesink(commit="metadata")
+
+        timings = alternate(repetitions, plain, lakesink, metadata)
         data.unpersist()
         points.append(CheckpointPoint(rows=rows, checkpoints=checkpoints, **timings))
     return points
@@ -119,7 +132,10 @@ def measure(
 def checkpoint_section(points: Sequence[CheckpointPoint]) -> Section:
     """Section 7: a coordinator checkpoint into two sinks against two plain appends."""
     rows = [
-        versus("plain", p.plain, p.lakesink, rows=p.rows, checkpoints=p.checkpoints) for p in points
+        _with_metadata(
+            versus("plain", p.plain, p.lakesink, rows=p.rows, checkpoints=p.checkpoints), p
+        )
+        for p in points
     ]
     return Section(
         key="checkpoint",
@@ -129,8 +145,21 @@ def checkpoint_section(points: Sequence[CheckpointPoint]) -> Section:
             Column("rows", "rows a sink", "int"),
             Column("checkpoints", "checkpoints", "int"),
             Column("plain_s", "two plain appends", "seconds"),
-            Column("lakesink_s", "lakesink checkpoint", "seconds"),
-            Column("ratio", "ratio", "ratio"),
+            Column("lakesink_s", "lakesink checkpoint (MERGE)", "seconds"),
+            Column("ratio", "ratio (MERGE)", "ratio"),
+            Column("metadata_s", "lakesink checkpoint (metadata)", "seconds"),
+            Column("metadata_ratio", "ratio (metadata)", "ratio"),
         ),
         rows=tuple(rows),
     )
+
+
+def _with_metadata(row: dict[str, object], point: CheckpointPoint) -> dict[str, object]:
+    """The row with the metadata commit's median, ratio and samples."""
+    samples = {**row["samples"], "lakesink_metadata": list(point.lakesink_metadata.samples)}  # type: ignore[dict-item]
+    return {
+        **row,
+        "metadata_s": point.lakesink_metadata.median,
+        "metadata_ratio": point.lakesink_metadata.median / point.plain.median,
+        "samples": samples,
+    }

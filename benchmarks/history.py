@@ -11,6 +11,8 @@ checkpoints in the full run):
 - commit: one small checkpoint is written and pre-committed (untimed), then committed;
   the plain twin gets the same rows appended (the baseline of both sections). The files
   the commit's MERGE reads are counted: constant means it is pruned to its transaction.
+  A third table, whose sink commits by metadata, grows with them and has its commit timed
+  the same way.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class HistoryPoint:
     table_rows: int  # committed rows then
     table_files: int  # data files in the table's current version then
     commit: Timing
+    metadata_commit: Timing  # the same checkpoint's commit in the table committed by metadata
     plain_append: Timing
     vacuum: Timing
     commit_files_read: int | None  # data files the measured commit's scans read
@@ -65,6 +68,7 @@ class _GrowingTables:
         self.path = f"{folder}/events"
         self.plain = f"{folder}/plain"
         self.sink = open_sink(spark, self.path, rows.schema)
+        self.metadata_sink = open_sink(spark, f"{folder}/published", rows.schema, commit="metadata")
         create_plain_table(spark, self.plain, rows.schema)
         self.committed = 0  # checkpoints committed by the sink
         self.blocks = 0  # batches handed out, so every batch has distinct ids
@@ -77,8 +81,9 @@ class _GrowingTables:
     def grow_to(self, checkpoints: int) -> None:
         while self.committed < checkpoints:
             rows = self.next_batch()
-            self.sink.write(rows)
-            self.sink.notify_checkpoint_complete(self.sink.checkpoint())
+            for sink in (self.sink, self.metadata_sink):
+                sink.write(rows)
+                sink.notify_checkpoint_complete(sink.checkpoint())
             plain_append(rows, self.plain)
             self.committed += 1
 
@@ -90,6 +95,16 @@ class _GrowingTables:
         files_read.append(counted[0])
         self.committed += 1
         return {"commit": seconds}
+
+    def time_metadata_commit(self) -> dict[str, float]:
+        """The commit of the same size into the table committed by metadata, as old."""
+        self.metadata_sink.write(self.next_batch())
+        checkpoint = self.metadata_sink.checkpoint()
+        return {
+            "metadata_commit": timed(
+                lambda: self.metadata_sink.notify_checkpoint_complete(checkpoint)
+            )
+        }
 
     def time_plain_append(self) -> dict[str, float]:
         rows = self.next_batch()
@@ -115,6 +130,7 @@ class _GrowingTables:
 
     def close(self) -> None:
         self.sink.close()
+        self.metadata_sink.close()
 
 
 def measure(
@@ -139,6 +155,7 @@ def measure(
             timings = alternate(
                 repetitions,
                 lambda files_read=files_read: tables.time_commit(files_read),
+                tables.time_metadata_commit,
                 tables.time_plain_append,
             )
             results.append(
@@ -147,6 +164,7 @@ def measure(
                     table_rows=table_rows,
                     table_files=table_files,
                     commit=timings["commit"],
+                    metadata_commit=timings["metadata_commit"],
                     plain_append=timings["plain_append"],
                     vacuum=vacuums,
                     commit_files_read=files_read[-1],
@@ -170,10 +188,12 @@ def commit_history_section(points: Sequence[HistoryPoint], size: int) -> Section
             Column("history", "committed checkpoints", "int"),
             Column("table_files", "files in table", "int"),
             Column("plain_append_s", "plain append", "seconds"),
-            Column("commit_s", "commit", "seconds"),
-            Column("ratio", "ratio", "ratio"),
+            Column("commit_s", "commit (MERGE)", "seconds"),
+            Column("ratio", "ratio (MERGE)", "ratio"),
             Column("growth", "vs first point", "ratio"),
-            Column("files_read", "files the commit read", "int"),
+            Column("files_read", "files the MERGE read", "int"),
+            Column("metadata_commit_s", "commit (metadata)", "seconds"),
+            Column("metadata_growth", "vs first point (metadata)", "ratio"),
         ),
         rows=tuple(
             {
@@ -185,8 +205,11 @@ def commit_history_section(points: Sequence[HistoryPoint], size: int) -> Section
                 "ratio": p.commit.median / p.plain_append.median,
                 "growth": p.commit.median / first,
                 "files_read": p.commit_files_read,
+                "metadata_commit_s": p.metadata_commit.median,
+                "metadata_growth": p.metadata_commit.median / points[0].metadata_commit.median,
                 "samples": {
                     "commit": list(p.commit.samples),
+                    "metadata_commit": list(p.metadata_commit.samples),
                     "plain_append": list(p.plain_append.samples),
                 },
             }

@@ -157,7 +157,7 @@ def _panels() -> dict[str, Callable[..., None]]:
         "commit_vs_history": partial(
             _seconds_lines,
             x="history",
-            ours=(("commit_s", "commit of one checkpoint"),),
+            ours=(("commit_s", "commit (MERGE)"), ("metadata_commit_s", "commit (metadata)")),
             xlabel="committed checkpoints already in the table",
             log_y=False,
         ),
@@ -187,7 +187,7 @@ def _panels() -> dict[str, Callable[..., None]]:
         "checkpoint": partial(
             _ratio_bars,
             label=lambda row: f"{_short(row['rows'])} rows a sink",
-            bars=(("ratio", "checkpoint, two sinks"),),
+            bars=(("ratio", "two sinks (MERGE)"), ("metadata_ratio", "two sinks (metadata)")),
             ylabel="x two plain Delta appends",
         ),
         "accumulated": partial(

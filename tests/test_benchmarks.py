@@ -102,8 +102,9 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
     assert [r["history"] for r in history] == list(QUICK.history)
     for row in history:
         _positive(row, "commit_s", "plain_append_s", "table_files", "files_read")
+        _positive(row, "metadata_commit_s", "metadata_growth")
         _ratio_of(row, "ratio", "commit_s", "plain_append_s")
-        assert len(row["samples"]["commit"]) == reps
+        assert len(row["samples"]["commit"]) == len(row["samples"]["metadata_commit"]) == reps
 
     readers = sections["reader"]["rows"]
     assert [(r["query"], r["table"]) for r in readers] == [
@@ -148,8 +149,9 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         (n, QUICK.checkpoints) for n in QUICK.checkpoint_rows
     ]
     for row in whole:
-        _positive(row, "plain_s", "lakesink_s")
+        _positive(row, "plain_s", "lakesink_s", "metadata_s")
         _ratio_of(row, "ratio", "lakesink_s", "plain_s")
+        _ratio_of(row, "metadata_ratio", "metadata_s", "plain_s")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
     grown = sections["accumulated"]["rows"]  # both tables' rows were checked by the run
