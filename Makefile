@@ -19,7 +19,7 @@ setup: $(STAMP)
 # parallel test workers and job processes share the cache.
 IVY_STAMP := $(LAKESINK_IVY_DIR)/.lakesink-warm
 $(IVY_STAMP): $(STAMP) Makefile
-	$(BIN)/python -c "from lakesink.delta.session import KAFKA_CONNECTOR as K, spark_session; from lakesink.storage.options import StorageOptions as S; spark_session(master='local[1]', packages=[K], storage=S()).stop()"
+	$(BIN)/python -c "from lakesink.spark.session import KAFKA_CONNECTOR as K, spark_session; from lakesink.storage.options import StorageOptions as S; spark_session(master='local[1]', packages=[K], storage=S()).stop()"
 	touch $@
 
 $(STAMP): pyproject.toml
@@ -32,6 +32,7 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check lakesink jobs tests benchmarks
 	$(BIN)/ruff format --check lakesink jobs tests benchmarks
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff format lakesink jobs tests benchmarks

@@ -29,8 +29,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.sql import delta_path
 from lakesink.errors import LakesinkError
+from lakesink.spark.sql import delta_path
 from lakesink.storage.files import object_store
 from lakesink.storage.location import join, normalize
 from lakesink.storage.options import StorageOptions

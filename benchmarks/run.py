@@ -59,8 +59,8 @@ from benchmarks.harness import (
     plain_append,
 )
 from benchmarks.report import Section, render_text, write_json, write_png
-from lakesink.delta.session import spark_session
 from lakesink.errors import ConfigurationError
+from lakesink.spark.session import spark_session
 from lakesink.testing.s3 import S3Server
 
 __all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run"]

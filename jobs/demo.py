@@ -86,7 +86,7 @@ def main() -> int:
 
     from lakesink import committed
     from lakesink.cli import main as cli
-    from lakesink.delta.session import spark_session
+    from lakesink.spark.session import spark_session
 
     spark = spark_session(app_name="lakesink-demo")
     spark.sparkContext.setLogLevel("ERROR")

@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         raise LakesinkError("--kafka needs --topic: the topic the orders arrive on")
     gate = None
     if args.suite:
-        from lakesink.delta.validation import ValidationGate
+        from lakesink.spark.validation import ValidationGate
 
         gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
     # A hook at each protocol step, named by $LAKESINK_STEP_HOOK: the crash tests, the
@@ -194,8 +194,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )
 
-    from lakesink.delta.session import KAFKA_CONNECTOR, spark_session
     from lakesink.delta.sink import DeltaSink, SinkOptions
+    from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
     from lakesink.streaming import StreamingSink
 
     spark = spark_session(

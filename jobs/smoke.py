@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from lakesink.delta.session import spark_session
+from lakesink.spark.session import spark_session
 
 log = logging.getLogger("lakesink.jobs.smoke")
 

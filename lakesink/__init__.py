@@ -39,11 +39,11 @@ from lakesink.errors import (
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from lakesink.delta.readers import committed
-    from lakesink.delta.session import spark_session
     from lakesink.delta.sink import DeltaSink, SinkOptions
-    from lakesink.delta.spark import CommitRetry
-    from lakesink.delta.validation import ValidationGate
     from lakesink.readers import arrow
+    from lakesink.spark.session import spark_session
+    from lakesink.spark.settings import CommitRetry
+    from lakesink.spark.validation import ValidationGate
     from lakesink.streaming import StreamingSink
     from lakesink.table import Checkpoint, Table
 
@@ -89,15 +89,15 @@ __all__ = [
 # Spark-bound names are imported when first used, so that the core never pulls in pyspark.
 _LAZY = {
     "Checkpoint": "lakesink.table",
-    "CommitRetry": "lakesink.delta.spark",
+    "CommitRetry": "lakesink.spark.settings",
     "DeltaSink": "lakesink.delta.sink",
     "SinkOptions": "lakesink.delta.sink",
     "StreamingSink": "lakesink.streaming",
     "Table": "lakesink.table",
-    "ValidationGate": "lakesink.delta.validation",
+    "ValidationGate": "lakesink.spark.validation",
     "arrow": "lakesink.readers",
     "committed": "lakesink.delta.readers",
-    "spark_session": "lakesink.delta.session",
+    "spark_session": "lakesink.spark.session",
 }
 
 

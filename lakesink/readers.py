@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from lakesink.delta.deltars import arrow_dataset, read_sink_table_log
-from lakesink.delta.format import HIDDEN_PREFIX, VISIBLE
 from lakesink.errors import ConfigurationError
 from lakesink.storage.location import normalize
+from lakesink.tables.deltars import arrow_dataset, read_sink_table_log
+from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
 
 __all__ = ["arrow", "committed_dataset"]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakesink.core import TxnState
-from lakesink.delta.deltars import read_sink_table_log
-from lakesink.delta.journal import TransactionStatus
 from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
+from lakesink.tables.deltars import read_sink_table_log
+from lakesink.tables.journal import TransactionStatus
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from lakesink.delta.validation import ValidationGate, ValidationReport
     from lakesink.ops.audit import AuditReport
     from lakesink.ops.status import SinkStatus
     from lakesink.ops.vacuum import VacuumReport
+    from lakesink.spark.validation import ValidationGate, ValidationReport
 
 __all__ = ["Checkpoint", "Table"]
 
@@ -163,9 +163,9 @@ class Table:
     def pending_rows(self, spark: SparkSession, checkpoint_id: int) -> DataFrame:
         """The rows of a checkpoint that is not committed yet (pre-committed or held),
         user columns only: what an auditor looks at before publishing it."""
-        from lakesink.delta.format import read_sink_table
         from lakesink.delta.readers import pending_rows
         from lakesink.ops.resolve import pending_transactions
+        from lakesink.tables.format import read_sink_table
 
         transactions = pending_transactions(self.path, checkpoint_id)
         table = read_sink_table(spark, self.path)
@@ -265,7 +265,7 @@ def _rank(state: TxnState) -> int:
 def _publishing_versions(path: str) -> dict[str, int]:
     """Per transaction, the first Delta version whose lakesink commit made rows of it
     visible, from the table's history (read with delta-rs)."""
-    from lakesink.delta.deltars import delta_table
+    from lakesink.tables.deltars import delta_table
 
     found: dict[str, int] = {}
     for entry in sorted(delta_table(path).history(), key=lambda e: e["version"]):

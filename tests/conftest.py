@@ -48,7 +48,7 @@ def spark(
 ) -> Iterator[object]:
     """The session every Spark test shares; it reaches the test S3 server too (the
     ``s3_server`` fixture sets the ``AWS_*`` variables it reads)."""
-    from lakesink.delta.session import KAFKA_CONNECTOR, spark_session
+    from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
 
     request.getfixturevalue("s3_server")
 

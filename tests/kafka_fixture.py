@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.ops.jvm import listening
+from lakesink.jvm import listening
 from lakesink.testing.cluster import free_port
 from lakesink.testing.kafka import KafkaBroker, start_broker, stop_broker
 

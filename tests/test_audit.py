@@ -32,9 +32,7 @@ import pytest
 from delta.tables import DeltaTable
 
 from lakesink.core import TxnState
-from lakesink.delta.format import TXN_ID, VISIBLE
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.validation import ValidationGate
 from lakesink.errors import CommitError, TableNotFoundError
 from lakesink.ops.audit import (
     AuditFailedError,
@@ -48,6 +46,8 @@ from lakesink.ops.audit import (
     to_frame,
 )
 from lakesink.ops.vacuum import vacuum
+from lakesink.spark.validation import ValidationGate
+from lakesink.tables.format import TXN_ID, VISIBLE
 
 # One xdist worker runs the module and the story is session-scoped, so it is written once:
 # xdist may interleave other modules' tests on that worker, which ends a module scope.

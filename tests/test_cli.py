@@ -159,7 +159,7 @@ def test_a_command_refused_by_a_live_writers_lock_exits_75_and_bad_input_exits_2
     import socket
 
     from lakesink import DeltaSink
-    from lakesink.delta.sink import writer_lock
+    from lakesink.storage.lease import writer_lock
 
     path = str(tmp_path / "orders")
     sink = DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="cli_locked")

@@ -40,12 +40,12 @@ from test_ingest_crash import generate
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.format import TXN_ID, VISIBLE
-from lakesink.delta.journal import Journal
-from lakesink.delta.session import delta_maven_coordinate
+from lakesink.spark.session import delta_maven_coordinate
 from lakesink.storage.location import join
 from lakesink.storage.options import StorageOptions
 from lakesink.streaming import recorded_batch
+from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.journal import Journal
 from lakesink.testing.cluster import LocalCluster, submit_command
 
 ORDERS, FILES = 30_000, 6  # three micro-batches (0, 1, 2) of two files, 10,000 orders each

@@ -18,10 +18,10 @@ from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink import committed
 from lakesink.cli import main
 from lakesink.core import CheckpointCoordinator, Pacing, TxnState
-from lakesink.delta.checkpoints import DeltaCheckpointStore
-from lakesink.delta.journal import Journal, default_journal_path
 from lakesink.delta.sink import DeltaSink
 from lakesink.sources.landing import LandingFolder
+from lakesink.tables.checkpoints import DeltaCheckpointStore
+from lakesink.tables.journal import Journal, default_journal_path
 
 
 class Crash(BaseException):

@@ -13,9 +13,7 @@ import pytest
 
 from lakesink import committed
 from lakesink.core import TransactionTimeout, TxnState
-from lakesink.delta.format import CHECKPOINT_ID, PENDING, TABLE_FORMAT, TXN_ID, VISIBLE
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.spark import USER_METADATA_CONF, WRITE_SETTINGS, session_conf
 from lakesink.errors import (
     AlreadyRunningError,
     CheckpointOrderError,
@@ -27,6 +25,8 @@ from lakesink.errors import (
     TableNotFoundError,
     UnknownCheckpointError,
 )
+from lakesink.spark.settings import USER_METADATA_CONF, WRITE_SETTINGS, session_conf
+from lakesink.tables.format import CHECKPOINT_ID, PENDING, TABLE_FORMAT, TXN_ID, VISIBLE
 
 SCHEMA = "order_id BIGINT, item STRING"
 
@@ -446,8 +446,8 @@ def test_a_table_partitioned_by_user_columns_keeps_them_through_the_commit(spark
 
 
 def test_lakesinks_spark_jobs_are_labelled_with_sink_checkpoint_and_phase(spark, table):
-    from lakesink.delta.spark import job_tag
     from lakesink.ops.vacuum import vacuum
+    from lakesink.spark.settings import job_tag
 
     context = spark.sparkContext
     context.setJobDescription("the user's own label")

@@ -26,7 +26,6 @@ from lakesink.cli.exits import (
     EXIT_TRY_LATER,
     exit_status,
 )
-from lakesink.delta.spark import CommitRetry
 from lakesink.errors import (
     AlreadyRunningError,
     AuditFailedError,
@@ -43,6 +42,7 @@ from lakesink.errors import (
     UnknownCheckpointError,
     ValidationSuiteError,
 )
+from lakesink.spark.settings import CommitRetry
 
 SCRIPT = Path(sys.executable).parent / "lakesink"
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
@@ -106,9 +106,9 @@ def test_every_help_names_the_exit_statuses():
 def tables(spark, tmp_path_factory) -> dict[str, str]:
     """A lakesink table with a committed, a pre-committed and an aborted checkpoint; one
     whose pending checkpoint lost a data file; one whose log is damaged."""
-    from lakesink.delta.format import PENDING
     from lakesink.delta.sink import DeltaSink
     from lakesink.ops.status import sink_status
+    from lakesink.tables.format import PENDING
 
     folder = tmp_path_factory.mktemp("exits")
     schema = "order_id BIGINT"

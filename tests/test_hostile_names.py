@@ -22,9 +22,12 @@ from pyspark.sql.types import LongType, StructField, StructType
 from jobs.ingest import RAW_SCHEMA
 from lakesink import committed
 from lakesink.core import Batch, TxnState
-from lakesink.delta.journal import Journal
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.sql import (
+from lakesink.errors import ConfigurationError
+from lakesink.ops.status import sink_status
+from lakesink.ops.vacuum import vacuum
+from lakesink.sources.landing import LandingFolder
+from lakesink.spark.sql import (
     check_column_names,
     check_file_name_part,
     check_path,
@@ -32,10 +35,7 @@ from lakesink.delta.sql import (
     quote_name,
     string_literal,
 )
-from lakesink.errors import ConfigurationError
-from lakesink.ops.status import sink_status
-from lakesink.ops.vacuum import vacuum
-from lakesink.sources.landing import LandingFolder
+from lakesink.tables.journal import Journal
 
 INJECTIONS = [
     "it's",

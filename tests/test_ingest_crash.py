@@ -38,10 +38,10 @@ from s3_fixture import STORES, s3_uri
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.journal import Journal
 from lakesink.delta.readers import committed_stream
 from lakesink.storage.location import join
 from lakesink.streaming import recorded_batch
+from lakesink.tables.journal import Journal
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from lakesink.core import TxnState
-from lakesink.delta.journal import Journal, JournalEntry, fold, read_transactions
+from lakesink.tables.journal import Journal, JournalEntry, fold, read_transactions
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
 

@@ -25,13 +25,13 @@ from deltalake.transaction import AddAction, RemoveAction
 
 import lakesink.delta.publish as publish_module
 from lakesink import committed
-from lakesink.delta.format import PENDING, VISIBLE, commit_metadata
 from lakesink.delta.publish import publish
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers import arrow
+from lakesink.tables.format import PENDING, VISIBLE, commit_metadata
 
 SCHEMA = "order_id BIGINT, item STRING"
 

@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lakesink.core import TxnState
-from lakesink.delta.journal import default_journal_path, read_transactions
 from lakesink.ops.metrics import LATENCY_BUCKETS, MetricsExport, sink_registry
+from lakesink.tables.journal import default_journal_path, read_transactions
 
 SCRIPT = Path(sys.executable).parent / "lakesink"
 SCHEMA = "order_id BIGINT"

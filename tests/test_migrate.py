@@ -19,10 +19,10 @@ from jobs.ingest import RAW_SCHEMA
 from lakesink import committed
 from lakesink.cli import main
 from lakesink.core import CheckpointCoordinator, Pacing
-from lakesink.delta.checkpoints import DeltaCheckpointStore, checkpoints_path
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import FormatVersionError, TableNotFoundError
 from lakesink.sources.landing import LandingFolder
+from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path
 
 FORMAT_1_SCHEMA = (
     "job_id STRING NOT NULL, checkpoint_id BIGINT NOT NULL, completed_at TIMESTAMP NOT NULL, "

@@ -20,7 +20,10 @@ import pytest
 
 from lakesink import committed
 from lakesink.cli import main
-from lakesink.delta.format import (
+from lakesink.delta.sink import DeltaSink
+from lakesink.errors import FormatVersionError
+from lakesink.storage.lease import writer_lock
+from lakesink.tables.format import (
     CHECKPOINT_ID,
     FORMAT_PROPERTY,
     LAKESINK_PARTITIONS,
@@ -29,8 +32,6 @@ from lakesink.delta.format import (
     TXN_ID,
     VISIBLE,
 )
-from lakesink.delta.sink import DeltaSink, writer_lock
-from lakesink.errors import FormatVersionError
 
 SCHEMA = "order_id BIGINT, item STRING"
 

@@ -23,10 +23,10 @@ from nbclient.exceptions import CellExecutionError
 from test_audit import CHECK_NAMES, SCHEMA, SUITE
 
 from lakesink import committed
-from lakesink.delta.format import TXN_ID, VISIBLE
-from lakesink.delta.journal import Journal, default_journal_path
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.validation import ValidationGate
+from lakesink.spark.validation import ValidationGate
+from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.journal import Journal, default_journal_path
 
 # One xdist worker runs the module, so its table is written once, not per worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]

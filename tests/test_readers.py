@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from lakesink.delta.format import VISIBLE
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
 from lakesink.readers import arrow, committed_dataset
+from lakesink.tables.format import VISIBLE
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
 README = Path(__file__).resolve().parent.parent / "README.md"

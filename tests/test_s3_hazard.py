@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import wait_gone
-from lakesink.storage.logstore import logstore_jar
-from lakesink.storage.options import LOGSTORE_CLASS, StorageOptions
+from lakesink.jvm import wait_gone
+from lakesink.storage.logstore import LOGSTORE_CLASS, logstore_jar
+from lakesink.storage.options import StorageOptions
 from lakesink.testing.cluster import free_port
 from lakesink.testing.s3 import (
     S3Server,
@@ -340,7 +340,7 @@ def _wait_until(instant: float) -> None:
 def _spark(log_store: str = LOGSTORE_CLASS):
     """A light Spark session for the S3 server of the environment, committing to ``s3a://``
     and ``s3://`` tables through ``log_store``."""
-    from lakesink.delta.session import spark_session
+    from lakesink.spark.session import spark_session
 
     conf = {
         **CHILD_SPARK_CONF,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_ingest_crash import ORDERS, generate, ingest_command
 
-from lakesink.ops.jvm import wait_gone
+from lakesink.jvm import wait_gone
 from lakesink.readers import arrow
 from lakesink.storage.location import join
 from lakesink.testing.cluster import free_port

@@ -1,6 +1,6 @@
 """A SQL reader process queries the committed view by name while the writer is still running.
 
-Both share one Hive metastore in a Derby network server (``lakesink.ops.metastore``); the
+Both share one Hive metastore in a Derby network server (``lakesink.spark.metastore``); the
 embedded Derby metastore would refuse the second process.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops import metastore
+from lakesink.spark import metastore
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -123,7 +123,7 @@ def test_confs_refuse_what_is_not_a_derby_server(bad: str):
 
 
 def test_session_refuses_an_embedded_and_a_shared_metastore_at_once(tmp_path, monkeypatch):
-    from lakesink.delta.session import spark_session
+    from lakesink.spark.session import spark_session
 
     with pytest.raises(ConfigurationError, match="not both"):
         spark_session(metastore_dir=str(tmp_path), metastore_url="127.0.0.1:1527")

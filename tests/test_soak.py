@@ -37,11 +37,11 @@ from test_ingest_crash import generate
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.format import COMMITTED_FILTER, TXN_ID
-from lakesink.delta.journal import Journal, TransactionStatus
 from lakesink.delta.sink import DeltaSink
 from lakesink.ops.vacuum import vacuum
 from lakesink.streaming import recorded_batch
+from lakesink.tables.format import COMMITTED_FILTER, TXN_ID
+from lakesink.tables.journal import Journal, TransactionStatus
 from lakesink.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -367,7 +367,7 @@ class _ConflictCounter(logging.Handler):
 @contextmanager
 def _counting_conflicts() -> Iterator[_ConflictCounter]:
     counter = _ConflictCounter()
-    logger = logging.getLogger("lakesink.delta.spark")  # where retry_on_conflict logs
+    logger = logging.getLogger("lakesink.spark.settings")  # where retry_on_conflict logs
     level = logger.level
     logger.addHandler(counter)
     logger.setLevel(logging.INFO)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from lakesink.delta.session import delta_maven_coordinate, spark_session
+from lakesink.spark.session import delta_maven_coordinate, spark_session
 
 
 def test_delta_table_round_trips(spark, tmp_path):
@@ -41,7 +41,7 @@ def test_existing_session_without_delta_is_refused():
         """
         from pyspark.sql import SparkSession
         from lakesink.errors import ConfigurationError
-        from lakesink.delta.session import spark_session
+        from lakesink.spark.session import spark_session
         plain = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
         try:
             spark_session(existing=plain.getOrCreate())

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import ConfigurationError
-from lakesink.storage.options import LOGSTORE_CLASS, StorageOptions, deltars_uri
+from lakesink.storage.logstore import LOGSTORE_CLASS
+from lakesink.storage.options import StorageOptions, deltars_uri
 
 LOCAL_STORE = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:8333/",

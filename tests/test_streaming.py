@@ -22,11 +22,11 @@ from kafka_fixture import produce
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.journal import Journal, default_journal_path
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.validation import ValidationGate
 from lakesink.errors import ConfigurationError
+from lakesink.spark.validation import ValidationGate
 from lakesink.streaming import StreamingSink, recorded_batch
+from lakesink.tables.journal import Journal, default_journal_path
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
 SUITE = Path(__file__).parent / "data" / "suites" / "orders_quality.json"

@@ -3,7 +3,7 @@ checkpoints.
 
 How the tests know each method tells the truth: what it says is compared with what made
 the table (the rows each checkpoint wrote, the states the sink left them in, the journal
-folded independently by ``lakesink.delta.journal``), and reads "as of a checkpoint" are
+folded independently by ``lakesink.tables.journal``), and reads "as of a checkpoint" are
 compared with the rows committed up to that checkpoint, by Arrow and by Spark.
 """
 
@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import lakesink
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import Table, TxnState, UnknownCheckpointError
-from lakesink.delta.journal import read_transactions
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.validation import ValidationGate
+from lakesink.spark.validation import ValidationGate
+from lakesink.tables.journal import read_transactions
 
 SUITE = Path(__file__).parent / "data" / "suites" / "orders_quality.json"
 # What each checkpoint wrote, and the state the story leaves it in.

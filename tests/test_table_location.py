@@ -14,13 +14,13 @@ import pytest
 
 from lakesink import committed
 from lakesink.cli import main
-from lakesink.delta.format import FORMAT_PROPERTY, JOURNAL_PROPERTY, TABLE_FORMAT
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.ops.status import sink_status
 from lakesink.readers import arrow
 from lakesink.storage.files import write_bytes
 from lakesink.storage.location import join
+from lakesink.tables.format import FORMAT_PROPERTY, JOURNAL_PROPERTY, TABLE_FORMAT
 
 SCHEMA = "order_id BIGINT, item STRING"
 

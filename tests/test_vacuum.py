@@ -17,11 +17,11 @@ from test_metrics import samples
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.format import PENDING, TXN_ID, VISIBLE
-from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.ops.vacuum import RETENTION_CHECK_CONF, vacuum
+from lakesink.tables.format import PENDING, TXN_ID, VISIBLE
+from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
 
 SCHEMA = "order_id BIGINT, item STRING"
 HOUR_MS = 3_600_000

@@ -20,8 +20,8 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
-from lakesink.delta.validation import FailedExpectation, ValidationGate, ValidationReport
 from lakesink.errors import ValidationSuiteError
+from lakesink.spark.validation import FailedExpectation, ValidationGate, ValidationReport
 
 SUITES = Path(__file__).resolve().parent / "data" / "suites"
 ORDERS_SUITE = SUITES / "orders_quality.json"

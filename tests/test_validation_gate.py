@@ -21,12 +21,12 @@ from tools_fixture import page_dom
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
 from lakesink.core import CheckpointCoordinator, TxnState
-from lakesink.delta.checkpoints import DeltaCheckpointStore
 from lakesink.delta.sink import DeltaSink
-from lakesink.delta.validation import ValidationGate
 from lakesink.errors import ValidationSuiteError
 from lakesink.ops.resolve import resolve_checkpoint, revalidate_checkpoint
 from lakesink.ops.status import sink_status
+from lakesink.spark.validation import ValidationGate
+from lakesink.tables.checkpoints import DeltaCheckpointStore
 
 SUITES = Path(__file__).parent / "data" / "suites"
 QUALITY = SUITES / "orders_quality.json"

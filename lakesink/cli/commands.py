@@ -18,7 +18,7 @@ __all__ = ["main"]
 
 
 def _jars(args: argparse.Namespace) -> int:
-    from lakesink.delta.session import KAFKA_CONNECTOR, delta_maven_coordinate
+    from lakesink.spark.session import KAFKA_CONNECTOR, delta_maven_coordinate
     from lakesink.storage.options import StorageOptions
 
     if args.log_store:
@@ -30,7 +30,7 @@ def _jars(args: argparse.Namespace) -> int:
 
 
 def _metastore(args: argparse.Namespace) -> int:
-    from lakesink.ops import metastore
+    from lakesink.spark import metastore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     # Loopback only (the module's default host): the server has no authentication.
@@ -48,7 +48,7 @@ def _metastore(args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace):
-    from lakesink.delta.session import spark_session
+    from lakesink.spark.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
     spark = spark_session(master=args.master, app_name="lakesink-cli")
@@ -64,7 +64,7 @@ def _status(args: argparse.Namespace) -> int:
     reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
     if args.report:
-        from lakesink.delta.validation import ValidationReport
+        from lakesink.spark.validation import ValidationReport
 
         for status in statuses:
             held = [
@@ -103,7 +103,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from lakesink.delta.checkpoints import checkpoints_path, read_history
+    from lakesink.tables.checkpoints import checkpoints_path, read_history
 
     records = read_history(checkpoints_path(args.state), args.job_id)
     if args.json:
@@ -172,8 +172,8 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from lakesink.delta.validation import ValidationGate
     from lakesink.ops.resolve import pending_transactions, revalidate_checkpoint
+    from lakesink.spark.validation import ValidationGate
 
     gate = ValidationGate.from_file(args.suite)
     table = normalize(args.table)

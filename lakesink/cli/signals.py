@@ -4,7 +4,7 @@ SIGINT and SIGTERM only set an event; the command's own thread sees it between i
 and stops its work in order. A handler that stopped the work itself would run inside
 whatever this thread was doing, such as a py4j call waiting on the JVM's answer, and
 calling the JVM again from there breaks that call ("reentrant call"). The driver JVM runs
-in a session of its own (``lakesink.delta.session``), so a signal sent to the whole
+in a session of its own (``lakesink.spark.session``), so a signal sent to the whole
 process group (``kill -- -PGID``, a terminal's Ctrl-C) reaches this process alone.
 """
 

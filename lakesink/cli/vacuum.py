@@ -125,8 +125,8 @@ def _vacuum(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> VacuumReport:
     # Imported here so that a bad option fails before pyspark loads.
-    from lakesink.delta.session import spark_session
     from lakesink.ops.vacuum import vacuum
+    from lakesink.spark.session import spark_session
 
     spark = spark_session(master=args.master, app_name="lakesink-vacuum")
     spark.sparkContext.setLogLevel("WARN")

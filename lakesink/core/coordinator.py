@@ -11,7 +11,7 @@ checkpoint that failed before its record keeps its id (aborted) and its input is
 again under a new one.
 
 Engine-free: the sinks are any ``TwoPhaseCommitSink``, the source any ``Source``, the
-store any ``CheckpointStore`` (``lakesink.delta.checkpoints`` keeps it in a Delta table).
+store any ``CheckpointStore`` (``lakesink.tables.checkpoints`` keeps it in a Delta table).
 """
 
 from __future__ import annotations

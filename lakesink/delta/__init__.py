@@ -1,3 +1,5 @@
-"""The Spark and Delta Lake implementation of the core: the sink, its journal, a checkpoint
-store, and what they share (the table format, readers, the session, SQL quoting, the
-validation gate). Everything here needs pyspark and delta-spark."""
+"""The Delta target table engine: ``DeltaSink`` (the protocol's hooks on a Delta table), its
+two commits (the MERGE, and the metadata commit in ``publish``) and its Spark readers. A
+second table engine would be a sibling package reusing ``lakesink.tables`` (the journal,
+the table format), ``lakesink.spark`` (the session, the validation gate) and
+``lakesink.ops``."""

@@ -59,11 +59,11 @@ from deltalake.transaction import (
     RemoveAction,
 )
 
-from lakesink.delta.deltars import delta_table
-from lakesink.delta.format import PENDING, VISIBLE
 from lakesink.errors import CommitFailedError, ConfigurationError
 from lakesink.storage.files import create_file, read_bytes
 from lakesink.storage.location import join
+from lakesink.tables.deltars import delta_table
+from lakesink.tables.format import PENDING, VISIBLE
 
 __all__ = ["check_partition_types", "check_publishable", "publish"]
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakesink.delta.format import COMMITTED_FILTER, HIDDEN_PREFIX, PENDING, VISIBLE, SinkTable
-from lakesink.delta.sql import delta_path, quote_identifier, quote_name, string_literal
+from lakesink.spark.sql import delta_path, quote_identifier, quote_name, string_literal
+from lakesink.tables.format import COMMITTED_FILTER, HIDDEN_PREFIX, PENDING, VISIBLE, SinkTable
 
 __all__ = [
     "committed",

@@ -50,8 +50,38 @@ from lakesink.core import (
     TwoPhaseCommitSink,
     TxnState,
 )
-from lakesink.delta.deltars import transaction_version
-from lakesink.delta.format import (
+from lakesink.delta.publish import check_partition_types, check_publishable, publish
+from lakesink.delta.readers import create_committed_view, pending_rows
+from lakesink.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    ProtocolError,
+)
+from lakesink.spark.settings import (
+    USER_METADATA_CONF,
+    WRITE_SETTINGS,
+    CommitRetry,
+    conflict_exceptions,
+    labelled,
+    merge_settings,
+    retry_on_conflict,
+    session_conf,
+)
+from lakesink.spark.sql import (
+    check_column_names,
+    check_file_name_part,
+    check_path,
+    delta_path,
+    quote_identifier,
+    quote_name,
+    string_literal,
+)
+from lakesink.storage.lease import writer_lock
+from lakesink.storage.location import name as location_name
+from lakesink.storage.location import normalize
+from lakesink.tables.deltars import transaction_version
+from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
     TXN_ID,
@@ -63,55 +93,22 @@ from lakesink.delta.format import (
     commit_metadata,
     ensure_sink_table,
 )
-from lakesink.delta.journal import Journal, JournalEntry, default_journal_path
-from lakesink.delta.publish import check_partition_types, check_publishable, publish
-from lakesink.delta.readers import create_committed_view, pending_rows
-from lakesink.delta.spark import (
-    USER_METADATA_CONF,
-    WRITE_SETTINGS,
-    CommitRetry,
-    conflict_exceptions,
-    labelled,
-    merge_settings,
-    retry_on_conflict,
-    session_conf,
-)
-from lakesink.delta.sql import (
-    check_column_names,
-    check_file_name_part,
-    check_path,
-    delta_path,
-    quote_identifier,
-    quote_name,
-    string_literal,
-)
-from lakesink.errors import (
-    CommitFailedError,
-    CommitStateUnknownError,
-    ConfigurationError,
-    ProtocolError,
-)
-from lakesink.storage.lease import Fence, fence, fences
-from lakesink.storage.location import name as location_name
-from lakesink.storage.location import normalize
+from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
 
 if TYPE_CHECKING:
-    from lakesink.delta.validation import ValidationGate, ValidationReport
+    from lakesink.spark.validation import ValidationGate, ValidationReport
 
 __all__ = [
     "COMMIT_MODES",
     "DeltaSink",
     "DeltaTransaction",
     "SinkOptions",
-    "writer_lock",
-    "writer_locks",
 ]
 
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
 COMMIT_MODES = ("merge", "metadata")
-_WRITER_LOCK_PREFIX = "_lakesink_writer_"
 
 
 @dataclass(frozen=True)
@@ -147,7 +144,7 @@ class SinkOptions:
         view_name: Catalog name of the committed view; default: the sink id.
         table_name: Also register the raw table under this catalog name.
         validation: Audit each checkpoint's pending rows with this Great Expectations
-            gate before they can be committed (``lakesink.delta.validation``). Its suite
+            gate before they can be committed (``lakesink.spark.validation``). Its suite
             must only name columns the table has.
         commit_retry: How commits retry Delta write conflicts.
         timeout: A transaction timeout, for the warnings and recovery options it brings.
@@ -631,19 +628,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def _step(self, name: str, transaction: DeltaTransaction) -> None:
         if self._step_hook is not None:
             self._step_hook(name, transaction.checkpoint_id)
-
-
-def writer_locks(path: str) -> list[Fence]:
-    """A lock or lease for every writer of the table at ``path`` that ever ran (held or not)."""
-    return fences(path, _WRITER_LOCK_PREFIX, lambda writer: f"writer {writer!r} of {path}")
-
-
-def writer_lock(path: str, sink_id: str, writer_id: str) -> Fence:
-    """What a live writer of the table at ``path`` holds: a lock file, or a lease on object
-    storage (hidden from Delta by its ``_``)."""
-    return fence(
-        path, f"{_WRITER_LOCK_PREFIX}{writer_id}", f"writer {writer_id!r} of sink {sink_id!r}"
-    )
 
 
 def _options(options: SinkOptions | None, fields: dict[str, Any]) -> SinkOptions:

@@ -1,2 +1,2 @@
-"""What operators run against lakesink tables: vacuum, status, commit or abort by hand,
-audit, migrations, and the shared metastore server."""
+"""What operators run against lakesink tables: vacuum, status, metrics, commit or abort by
+hand, the audit, migrations, compaction, validation reports and the SQL endpoint."""

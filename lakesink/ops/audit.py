@@ -8,11 +8,11 @@ half-way between its journal events and its MERGE.
 
 The sources, and what each says:
 
-- the journal (``lakesink.delta.journal``): every state change of every transaction;
+- the journal (``lakesink.tables.journal``): every state change of every transaction;
 - the table's rows, counted per transaction, visible and masked;
 - the table's Delta history: each commit lakesink made carries ``userMetadata`` naming the
   operation (write, commit, vacuum), the checkpoint and the transaction
-  (``lakesink.delta.format.commit_metadata``), so a Delta version can be lined up with the
+  (``lakesink.tables.format.commit_metadata``), so a Delta version can be lined up with the
   journal event it belongs to.
 
 The exactly-once checks (:func:`exactly_once_checks`) compare these sources; each returns
@@ -36,10 +36,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
-from lakesink.delta.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
-from lakesink.delta.journal import Journal, fold
 from lakesink.errors import AuditFailedError, LakesinkError
 from lakesink.storage.location import normalize
+from lakesink.tables.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
+from lakesink.tables.journal import Journal, fold
 
 if TYPE_CHECKING:
     import pandas
@@ -616,7 +616,7 @@ def _first_versions(history: Sequence[HistoryEntry], operation: str) -> dict[str
 
 
 def _failures(row: Any) -> list[ValidationFailure]:
-    from lakesink.delta.validation import ValidationReport
+    from lakesink.spark.validation import ValidationReport
 
     def failure(**what: Any) -> ValidationFailure:
         return ValidationFailure(

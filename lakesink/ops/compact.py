@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from lakesink.delta.deltars import file_count
-from lakesink.delta.format import COMMITTED_FILTER, VISIBLE, commit_metadata
-from lakesink.delta.spark import labelled, session_commit_metadata
-from lakesink.delta.sql import delta_path
+from lakesink.spark.settings import labelled, session_commit_metadata
+from lakesink.spark.sql import delta_path
 from lakesink.storage.files import is_delta_table
+from lakesink.tables.deltars import file_count
+from lakesink.tables.format import COMMITTED_FILTER, VISIBLE, commit_metadata
 
 __all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
 

@@ -38,8 +38,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord
-from lakesink.delta.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
-from lakesink.delta.format import (
+from lakesink.errors import AlreadyRunningError, TableNotFoundError
+from lakesink.spark.sql import delta_path, quote_identifier, string_literal
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.lease import writer_locks
+from lakesink.storage.location import normalize, resolve_relative
+from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
+from lakesink.tables.format import (
     CHECKPOINTS_FORMAT,
     FORMAT_PROPERTY,
     HIDDEN_FIELDS,
@@ -54,11 +59,6 @@ from lakesink.delta.format import (
     commit_metadata,
     recorded_journal,
 )
-from lakesink.delta.sink import writer_locks
-from lakesink.delta.sql import delta_path, quote_identifier, string_literal
-from lakesink.errors import AlreadyRunningError, TableNotFoundError
-from lakesink.storage.files import is_delta_table
-from lakesink.storage.location import normalize, resolve_relative
 
 __all__ = [
     "MigrationPlan",

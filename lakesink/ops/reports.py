@@ -19,10 +19,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakesink.delta.validation import ValidationReport, import_gx
+from lakesink.spark.validation import ValidationReport, import_gx
 
 if TYPE_CHECKING:
-    from lakesink.delta.journal import TransactionStatus
+    from lakesink.tables.journal import TransactionStatus
 
 __all__ = ["report_page_name", "write_report_page"]
 

@@ -17,15 +17,15 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.recovery import check_resolvable
-from lakesink.delta.format import read_sink_table
-from lakesink.delta.journal import Journal, TransactionStatus
 from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import UnknownCheckpointError
 from lakesink.ops.status import sink_status
+from lakesink.tables.format import read_sink_table
+from lakesink.tables.journal import Journal, TransactionStatus
 
 if TYPE_CHECKING:
-    from lakesink.delta.validation import ValidationGate, ValidationReport
+    from lakesink.spark.validation import ValidationGate, ValidationReport
 
 __all__ = [
     "create_checkpoint_view",

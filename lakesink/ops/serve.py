@@ -62,7 +62,7 @@ def delta_class_path() -> str:
     Ivy cache makes it a few seconds, or fetches the jars from Maven Central the first time.
     """
     probe = (
-        "from lakesink.delta.session import spark_session\n"
+        "from lakesink.spark.session import spark_session\n"
         "s = spark_session(master='local[1]', app_name='lakesink-serve-jars')\n"
         # Every local jar of the session, its packages' included (spark.jars holds only
         # the jars given by path, such as the S3 log store, once any is given).
@@ -98,10 +98,10 @@ def serve(
         TableNotFoundError, FormatVersionError: A table of ``tables`` is not a lakesink
             table of this version.
     """
-    from lakesink.delta.format import read_sink_table
     from lakesink.delta.readers import create_committed_view
-    from lakesink.delta.session import METASTORE_ENV, METASTORE_URL_ENV, spark_session
-    from lakesink.ops.jvm import listening
+    from lakesink.jvm import listening
+    from lakesink.spark.session import METASTORE_ENV, METASTORE_URL_ENV, spark_session
+    from lakesink.tables.format import read_sink_table
 
     if listening(options.host, options.port):
         raise ConfigurationError(

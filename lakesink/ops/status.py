@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lakesink.core import TxnState
-from lakesink.delta.checkpoints import checkpoints_path, read_history
-from lakesink.delta.deltars import read_sink_table_log
-from lakesink.delta.journal import TransactionStatus, read_transactions
 from lakesink.storage.location import normalize
+from lakesink.tables.checkpoints import checkpoints_path, read_history
+from lakesink.tables.deltars import read_sink_table_log
+from lakesink.tables.journal import TransactionStatus, read_transactions
 
 __all__ = ["SinkStatus", "job_status", "sink_status"]
 
@@ -97,6 +97,6 @@ def job_status(state_dir: str, job_id: str) -> dict:
 def _summary(report_json: str | None) -> str | None:
     if report_json is None:
         return None
-    from lakesink.delta.validation import ValidationReport  # Great Expectations loads slowly
+    from lakesink.spark.validation import ValidationReport  # Great Expectations loads slowly
 
     return ValidationReport.from_json(report_json).summary()

@@ -45,24 +45,24 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.deltars import PartitionFiles, partition_files
-from lakesink.delta.format import PENDING, VISIBLE, commit_metadata, read_sink_table
-from lakesink.delta.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 from lakesink.delta.publish import publish
-from lakesink.delta.sink import writer_lock
-from lakesink.delta.spark import (
+from lakesink.errors import ConfigurationError
+from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
+from lakesink.ops.compact import Compaction, plan_compaction
+from lakesink.ops.compact import compact as run_compaction
+from lakesink.spark.settings import (
     CommitRetry,
     labelled,
     retry_on_conflict,
     session_commit_metadata,
     session_conf,
 )
-from lakesink.delta.sql import delta_path, string_literal
-from lakesink.errors import ConfigurationError
-from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
-from lakesink.ops.compact import Compaction, plan_compaction
-from lakesink.ops.compact import compact as run_compaction
+from lakesink.spark.sql import delta_path, string_literal
+from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
+from lakesink.tables.deltars import PartitionFiles, partition_files
+from lakesink.tables.format import PENDING, VISIBLE, commit_metadata, read_sink_table
+from lakesink.tables.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 
 __all__ = [
     "VacuumPlan",

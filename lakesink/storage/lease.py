@@ -38,7 +38,15 @@ from lakesink.errors import AlreadyRunningError, LeaseLostError
 from lakesink.storage.files import folder_names, object_store
 from lakesink.storage.location import is_uri, join
 
-__all__ = ["LEASE_SECONDS_ENV", "Fence", "ObjectLease", "fence", "fences"]
+__all__ = [
+    "LEASE_SECONDS_ENV",
+    "Fence",
+    "ObjectLease",
+    "fence",
+    "fences",
+    "writer_lock",
+    "writer_locks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,7 @@ DEFAULT_LEASE_SECONDS = 30.0
 LOCK_SUFFIX = ".lock"
 
 LEASE_SUFFIX = ".lease"
+_WRITER_LOCK_PREFIX = "_lakesink_writer_"
 
 
 class ObjectLease:
@@ -224,3 +233,16 @@ def fences(folder: str, prefix: str, what: Callable[[str], str]) -> list[Fence]:
                 stem = file_name.removesuffix(suffix)
                 found.append(fence(folder, stem, what(stem.removeprefix(prefix))))
     return found
+
+
+def writer_locks(path: str) -> list[Fence]:
+    """A lock or lease for every writer of the table at ``path`` that ever ran (held or not)."""
+    return fences(path, _WRITER_LOCK_PREFIX, lambda writer: f"writer {writer!r} of {path}")
+
+
+def writer_lock(path: str, sink_id: str, writer_id: str) -> Fence:
+    """What a live writer of the table at ``path`` holds: a lock file, or a lease on object
+    storage (hidden from Delta by its ``_``)."""
+    return fence(
+        path, f"{_WRITER_LOCK_PREFIX}{writer_id}", f"writer {writer_id!r} of sink {sink_id!r}"
+    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,13 +28,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import fetch_jars, tail
-from lakesink.storage.options import LOGSTORE_CLASS, hadoop_version
+from lakesink.jvm import fetch_jars, tail
 
 __all__ = [
     "JAVA_RELEASE",
     "JAVA_SOURCES",
     "LOGSTORE_CLASS",
+    "hadoop_version",
     "logstore_jar",
     "s3a_jars",
     "source_hash",
@@ -45,6 +46,38 @@ JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 JAVA_RELEASE = "17"
 IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 JAR_PREFIX = "lakesink-logstore-"
+# The class lakesink's log store jar holds (lakesink/storage/java/).
+LOGSTORE_CLASS = "io.lakesink.storage.S3ConditionalLogStore"
+_HADOOP_API_JAR = re.compile(r"^hadoop-client-api-(\d+\.\d+\.\d+)\.jar$")
+
+
+def hadoop_version() -> str:
+    """The Hadoop version of the installed pyspark, from its ``hadoop-client-api`` jar.
+
+    Raises:
+        ConfigurationError: pyspark is missing or ships no such jar.
+    """
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise ConfigurationError(
+            "pyspark is not installed; install lakesink's dependencies"
+        ) from exc
+    # Under spark-submit, pyspark is imported from a zip inside the installation: its jars
+    # are then in $SPARK_HOME.
+    home = os.environ.get("SPARK_HOME")
+    jars = Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
+    found = sorted(
+        match.group(1)
+        for match in (_HADOOP_API_JAR.match(jar.name) for jar in jars.glob("hadoop-client-api-*"))
+        if match
+    )
+    if not found:
+        raise ConfigurationError(
+            f"no hadoop-client-api-<version>.jar in {jars}: cannot tell which hadoop-aws fits "
+            "this pyspark; reinstall pyspark"
+        )
+    return found[-1]
 
 
 def source_hash() -> str:

@@ -20,22 +20,18 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lakesink.errors import ConfigurationError
+from lakesink.storage.logstore import LOGSTORE_CLASS, hadoop_version, logstore_jar, s3a_jars
 
 __all__ = [
     "DEFAULT_ENDPOINT_REGION",
-    "LOGSTORE_CLASS",
     "S3_SCHEMES",
     "StorageOptions",
     "deltars_uri",
-    "hadoop_version",
 ]
 
-# The class lakesink's log store jar holds (lakesink/storage/java/); see logstore.py.
-LOGSTORE_CLASS = "io.lakesink.storage.S3ConditionalLogStore"
 # The schemes Spark reaches S3 by: s3a is Hadoop's connector, s3 is mapped onto it.
 S3_SCHEMES = ("s3a", "s3", "s3n")
 # SigV4 signs with a region even where the store ignores it (SeaweedFS, MinIO, s3proxy), and
@@ -44,7 +40,6 @@ DEFAULT_ENDPOINT_REGION = "us-east-1"
 
 _ENDPOINT = re.compile(r"^https?://[^/\s]+/?$")
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
-_HADOOP_API_JAR = re.compile(r"^hadoop-client-api-(\d+\.\d+\.\d+)\.jar$")
 _SECRET_SHOWN_AS = "***"
 
 
@@ -60,35 +55,6 @@ def deltars_uri(uri: str) -> str:
 def _is_s3(uri: str) -> bool:
     match = _URI.match(str(uri))
     return bool(match) and match.group(1).lower() in S3_SCHEMES
-
-
-def hadoop_version() -> str:
-    """The Hadoop version of the installed pyspark, from its ``hadoop-client-api`` jar.
-
-    Raises:
-        ConfigurationError: pyspark is missing or ships no such jar.
-    """
-    try:
-        import pyspark
-    except ImportError as exc:
-        raise ConfigurationError(
-            "pyspark is not installed; install lakesink's dependencies"
-        ) from exc
-    # Under spark-submit, pyspark is imported from a zip inside the installation: its jars
-    # are then in $SPARK_HOME.
-    home = os.environ.get("SPARK_HOME")
-    jars = Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
-    found = sorted(
-        match.group(1)
-        for match in (_HADOOP_API_JAR.match(jar.name) for jar in jars.glob("hadoop-client-api-*"))
-        if match
-    )
-    if not found:
-        raise ConfigurationError(
-            f"no hadoop-client-api-<version>.jar in {jars}: cannot tell which hadoop-aws fits "
-            "this pyspark; reinstall pyspark"
-        )
-    return found[-1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,8 +206,6 @@ class StorageOptions:
         Raises:
             ConfigurationError: They cannot be fetched.
         """
-        from lakesink.storage.logstore import s3a_jars
-
         return [str(jar) for jar in s3a_jars()]
 
     @staticmethod
@@ -251,8 +215,6 @@ class StorageOptions:
         Raises:
             ConfigurationError: It cannot be built (no ``javac``; see ``logstore_jar``).
         """
-        from lakesink.storage.logstore import logstore_jar
-
         return [str(logstore_jar())]
 
     def deltars_options(self, uri: str) -> dict[str, str]:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import listening, tail
+from lakesink.jvm import listening, tail
 from lakesink.storage.options import StorageOptions
 
 __all__ = [
@@ -196,7 +196,7 @@ def submit_command(
     fine for the local test server; on a real cluster keep keys out of command lines (a
     role, or ``spark-defaults.conf``), as the README says.
     """
-    from lakesink.delta.session import delta_maven_coordinate
+    from lakesink.spark.session import delta_maven_coordinate
 
     settings, jars = dict(DELTA_SUBMIT_CONF), []
     if storage is not None:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import (
+from lakesink.jvm import (
     daemon_state,
     fetch_jars,
     java,

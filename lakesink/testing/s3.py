@@ -37,7 +37,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import (
+from lakesink.jvm import (
     daemon_state,
     listening,
     read_pid,

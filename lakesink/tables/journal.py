@@ -6,7 +6,7 @@ current state is its latest event by rank (``TxnState.rank``): states only move 
 (open -> pre_committed [-> held] -> committing -> committed, or -> aborted), so clocks that
 disagree cannot undo one. ``fold`` is the one place that turns events into that state.
 
-A validation run (the audit gate, ``lakesink.delta.validation``) is journaled as an event
+A validation run (the audit gate, ``lakesink.spark.validation``) is journaled as an event
 whose ``validation`` column holds the report as JSON; its state is what the run left the
 transaction in (pre-committed when it passed or only warned, held, or aborted). The vacuum
 journals an ``aborted`` event whose detail starts with ``vacuumed:`` once it removed a
@@ -34,11 +34,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
-from lakesink.delta.deltars import append_rows, read_log_rows
-from lakesink.delta.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.location import join, normalize, parent, relative_to_parent
+from lakesink.tables.deltars import append_rows, read_log_rows
+from lakesink.tables.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
 
 __all__ = [
     "JOURNAL_ENV",

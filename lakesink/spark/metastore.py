@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.ops.jvm import fetch_jars, java, listening, read_pid, start_daemon, wait_gone
+from lakesink.jvm import fetch_jars, java, listening, read_pid, start_daemon, wait_gone
 
 __all__ = [
     "DEFAULT_HOST",

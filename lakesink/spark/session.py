@@ -251,7 +251,7 @@ def _local_defaults(master: str) -> dict[str, str]:
 def _network_metastore(
     builder: SparkSession.Builder, url: str, ivy_dir: str | None, conf: dict[str, str]
 ) -> SparkSession.Builder:
-    from lakesink.ops.metastore import client_jar, default_jars_dir, metastore_confs
+    from lakesink.spark.metastore import client_jar, default_jars_dir, metastore_confs
 
     settings = metastore_confs(url, client_jar(default_jars_dir(ivy_dir)))
     class_path = "spark.driver.extraClassPath"

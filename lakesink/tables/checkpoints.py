@@ -1,6 +1,6 @@
 """A job's checkpoint store as a Delta table: one append-only row per completed checkpoint.
 
-The table lives at ``STATE_DIR/checkpoints`` (format: ``lakesink.delta.format``), next to
+The table lives at ``STATE_DIR/checkpoints`` (format: ``lakesink.tables.format``), next to
 the lock files of the jobs that use it (``STATE_DIR/JOB.lock``).
 """
 
@@ -14,12 +14,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord, CheckpointStore, Quarantined
-from lakesink.delta.deltars import append_rows, read_log_rows
-from lakesink.delta.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.lease import Fence, fence
 from lakesink.storage.location import is_uri, join, normalize
+from lakesink.tables.deltars import append_rows, read_log_rows
+from lakesink.tables.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
 
 __all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables", "read_history"]
 

@@ -5,8 +5,8 @@ Three kinds of Delta table carry it:
 - a **sink table**: the user's columns after four hidden ones, partitioned by the masking
   bit and the pending transaction (then by the user's own partition columns, if any), with
   the properties below;
-- the **journal**: an append-only table of transaction events (``lakesink.delta.journal``);
-- the **checkpoint table** of a job (``lakesink.delta.checkpoints``).
+- the **journal**: an append-only table of transaction events (``lakesink.tables.journal``);
+- the **checkpoint table** of a job (``lakesink.tables.checkpoints``).
 
 Each records ``lakesink.formatVersion``. A table written before the property existed is
 format 1. Opening a table of a format this version cannot use fails with
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from lakesink.delta.sql import delta_path
 from lakesink.errors import (
     ConfigurationError,
     FormatVersionError,
@@ -51,6 +50,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
+from lakesink.spark.sql import delta_path
 from lakesink.storage.files import has_files, is_delta_table
 from lakesink.storage.location import relative_to_parent, resolve_relative
 

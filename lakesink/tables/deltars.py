@@ -33,10 +33,10 @@ from deltalake.exceptions import DeltaError
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
 from pyspark.sql.types import StructType
 
-from lakesink.delta.format import SinkTable, check_format, sink_table
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.location import is_uri
 from lakesink.storage.options import StorageOptions
+from lakesink.tables.format import SinkTable, check_format, sink_table
 
 __all__ = [
     "PartitionFiles",
@@ -106,7 +106,7 @@ def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkT
     """The lakesink sink table at ``path`` (as of ``version``), checked, from its log; and
     the delta-rs table to read it with. No Spark job, no JVM.
 
-    Raises: as ``lakesink.delta.format.read_sink_table``; TableNotFoundError also for a
+    Raises: as ``lakesink.tables.format.read_sink_table``; TableNotFoundError also for a
     version the table does not have.
     """
     table = _open(path, f"no Delta table at {path}; pass the folder of a lakesink table", version)
