@@ -108,7 +108,7 @@ def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
     sink.checkpoint()  # checkpoint 1: pre-committed
     sink.write(spark.createDataFrame([(2,)], schema))
     sink.checkpoint()  # checkpoint 2: pre-committed
-    sink.release()  # the writer "dies" without committing
+    sink._release()  # the writer "dies" without committing
 
     # stdin is not a terminal under pytest: without --yes nothing is done
     assert main(["commit", path, "--checkpoint", "1"]) == 2

@@ -51,7 +51,7 @@ def run_job(spark, work: Path, crash_at: tuple[str, int] | None = None) -> None:
     except Crash:
         store.job_lock("landing").release()  # the process died: its locks go with it
         for sink in sinks.values():
-            sink.release()
+            sink._release()
         return
     job.close()
 

@@ -45,7 +45,7 @@ def orders(spark, tmp_path_factory) -> tuple[Path, int]:
     aborter = DeltaSink.open(spark, str(table), view_name="v_readers", writer_id="aborter")
     write(aborter, 200)
     aborter.close()  # aborted
-    sink.release()
+    sink._release()
     return table, before
 
 

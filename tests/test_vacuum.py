@@ -141,7 +141,7 @@ def test_an_expired_open_transaction_is_marked_aborted_and_removed(spark, table)
     old_pre_committed = write(spark, sink, [1])
     sink.checkpoint()  # as old as the open one, but never removed
     old_open = write(spark, sink, [2])
-    sink.release()  # the writer dies (its lock goes), leaving the open transaction behind
+    sink._release()  # the writer dies (its lock goes), leaving the open transaction behind
 
     clock.now_ms += 23 * HOUR_MS  # not expired yet
     assert vacuum(spark, str(table), clock=clock, dry_run=True).transactions == ()
@@ -183,7 +183,7 @@ def test_dry_run_changes_nothing_yet_reports_the_same_numbers(spark, table):
     aborted = abort_one(spark, table, [1, 2], writer_id="a", clock=clock)
     gone = open_sink(spark, table, writer_id="b", clock=clock)
     expiring = write(spark, gone, [3])
-    gone.release()
+    gone._release()
     clock.now_ms += 25 * HOUR_MS
     before = versions(spark, table), rows_by_txn(spark, table), states(spark, table)
     options = dict(retain_hours=0, allow_short_retention=True, clock=clock)

@@ -204,7 +204,7 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
         coordinator.checkpoint(coordinator.position)
     assert states(sink) == {1: TxnState.HELD}
     store.job_lock("j").release()  # the process "dies"; a real restart finds its lock stale
-    sink.release()
+    sink._release()
 
     reopened = DeltaSink(spark, str(table), validation=gate("quarantine"))
     with CheckpointCoordinator(store, job_id="j", sinks={"orders": reopened}) as restarted:

@@ -2,24 +2,26 @@
 
 This is Apache Flink's ``TwoPhaseCommitSinkFunction`` carried over: a template-method base
 class whose *hooks* an implementation writes and whose *framework methods* drive them in
-the right order and must not be overridden.
+the right order and must not be overridden. The hooks are protected (a leading underscore,
+Flink's ``protected``): the object a user writes with shows the framework methods only, so
+nobody commits a transaction behind the protocol's back.
 
 Hooks (what an implementation writes):
 
-=========================  =================================================================
-``begin_transaction``      open a transaction for a checkpoint id; return a fresh handle
-``invoke``                 write a value into the open transaction, invisible to readers
-``pre_commit``             make it durable; return the verdict (pre-committed, held, aborted)
-``commit``                 publish a pre-committed transaction (idempotent)
-``abort``                  make sure a transaction is never published
-``hold``                   record that a pre-committed transaction waits for an operator
-``decide_commit``          make an operator's decision to commit durable before the commit
-``recover_and_commit``     commit a recovered transaction (default: ``commit``)
-``recover_and_abort``      abort a recovered transaction (default: ``abort``)
-``log``                    what the sink's own durable log knows of its transactions
-``acquire`` / ``ready``    before recovery (locks, tables) / after it (views, connections)
-``release``                free what ``acquire`` took
-=========================  =================================================================
+===========================  ===============================================================
+``_begin_transaction``       open a transaction for a checkpoint id; return a fresh handle
+``_invoke``                  write a value into the open transaction, invisible to readers
+``_pre_commit``              make it durable; return the verdict (pre-committed, held, aborted)
+``_commit``                  publish a pre-committed transaction (idempotent)
+``_abort``                   make sure a transaction is never published
+``_hold``                    record that a pre-committed transaction waits for an operator
+``_decide_commit``           make an operator's decision to commit durable before the commit
+``_recover_and_commit``      commit a recovered transaction (default: ``_commit``)
+``_recover_and_abort``       abort a recovered transaction (default: ``_abort``)
+``_log``                     what the sink's own durable log knows of its transactions
+``_acquire`` / ``_ready``    before recovery (locks, tables) / after it (views, connections)
+``_release``                 free what ``_acquire`` took
+===========================  ===============================================================
 
 Framework methods: ``initialize_state``, ``initialize_from_log``, ``read_log``, ``write``,
 ``snapshot_state``, ``verdict``, ``withhold``, ``notify_checkpoint_complete``, ``resolve``,
@@ -27,9 +29,9 @@ Framework methods: ``initialize_state``, ``initialize_from_log``, ``read_log``, 
 
 The contract an implementation signs:
 
-- ``commit`` and ``recover_and_commit`` must be idempotent and must eventually succeed for
+- ``_commit`` and ``_recover_and_commit`` must be idempotent and must eventually succeed for
   every pre-committed transaction, or data is lost.
-- ``pre_commit`` must be idempotent too: a failed snapshot may be retried with the same id.
+- ``_pre_commit`` must be idempotent too: a failed snapshot may be retried with the same id.
   A verdict other than pre-committed must be durable when it returns: recovery must never
   commit a transaction its validation held or aborted.
 - A transaction handle is an identity that is never reused. Committing a recovered handle
@@ -156,15 +158,38 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         "__exit__",
     )
 
+    _HOOKS: ClassVar[tuple[str, ...]] = (
+        "begin_transaction",
+        "invoke",
+        "pre_commit",
+        "commit",
+        "abort",
+        "hold",
+        "decide_commit",
+        "recover_and_commit",
+        "recover_and_abort",
+        "log",
+        "acquire",
+        "ready",
+        "release",
+    )
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        hooks = ", ".join(f"_{name}" for name in cls._HOOKS)
         overridden = [name for name in cls._FRAMEWORK_METHODS if name in vars(cls)]
         if overridden:
             raise TypeError(
                 f"{cls.__name__} overrides framework method(s) {', '.join(overridden)}; "
-                "implement the hooks (begin_transaction, invoke, pre_commit, commit, abort, "
-                "hold, decide_commit, recover_and_commit, recover_and_abort, log, acquire, "
-                "ready, release) instead"
+                f"implement the hooks ({hooks}) instead"
+            )
+        # A hook under its public name would never be called: the protocol would go on
+        # without it (say, never committing), so it is refused rather than ignored.
+        public = [name for name in cls._HOOKS if name in vars(cls)]
+        if public:
+            raise TypeError(
+                f"{cls.__name__} defines {', '.join(public)}: the protocol's hooks are "
+                f"protected; name them {', '.join(f'_{name}' for name in public)}"
             )
 
     def __init__(
@@ -193,16 +218,16 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
     # ----------------------------------------------------------------- hooks
 
     @abstractmethod
-    def begin_transaction(self, checkpoint_id: int) -> TxnT:
+    def _begin_transaction(self, checkpoint_id: int) -> TxnT:
         """Open a new transaction for ``checkpoint_id`` and return its unique handle."""
 
     @abstractmethod
-    def invoke(self, transaction: TxnT, value: InT) -> None:
+    def _invoke(self, transaction: TxnT, value: InT) -> None:
         """Write ``value`` into the open transaction, invisible to readers."""
 
     @abstractmethod
-    def pre_commit(self, transaction: TxnT) -> TxnState | None:
-        """Make the transaction durable so that a later ``commit`` cannot fail on data.
+    def _pre_commit(self, transaction: TxnT) -> TxnState | None:
+        """Make the transaction durable so that a later ``_commit`` cannot fail on data.
 
         Returns the verdict: ``PRE_COMMITTED`` (or None) to commit it at its checkpoint's
         completion, ``HELD`` to keep it for an operator, ``ABORTED`` to never publish it.
@@ -210,33 +235,33 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """
 
     @abstractmethod
-    def commit(self, transaction: TxnT) -> None:
+    def _commit(self, transaction: TxnT) -> None:
         """Publish a pre-committed transaction. Idempotent; must eventually succeed."""
 
     @abstractmethod
-    def abort(self, transaction: TxnT, reason: str) -> None:
+    def _abort(self, transaction: TxnT, reason: str) -> None:
         """Make sure the transaction's data is never published; ``reason`` says why."""
 
-    def hold(self, transaction: TxnT, reason: str) -> None:
+    def _hold(self, transaction: TxnT, reason: str) -> None:
         """Record durably that a pre-committed transaction waits for an operator."""
         raise ProtocolError(f"{self.name} cannot hold a transaction ({reason})")
 
-    def decide_commit(self, transaction: TxnT, reason: str) -> None:
+    def _decide_commit(self, transaction: TxnT, reason: str) -> None:
         """Make an operator's decision to commit durable, so recovery finishes it.
 
         The default does nothing: enough for a sink whose recovery commits every
         transaction it holds pre-committed.
         """
 
-    def recover_and_commit(self, transaction: TxnT) -> None:
+    def _recover_and_commit(self, transaction: TxnT) -> None:
         """Commit a transaction restored from a snapshot; it may already be committed."""
-        self.commit(transaction)
+        self._commit(transaction)
 
-    def recover_and_abort(self, transaction: TxnT, reason: str) -> None:
+    def _recover_and_abort(self, transaction: TxnT, reason: str) -> None:
         """Abort a transaction restored from a snapshot or the log; never pre-committed."""
-        self.abort(transaction, reason)
+        self._abort(transaction, reason)
 
-    def log(self) -> TransactionLog[TxnT]:
+    def _log(self) -> TransactionLog[TxnT]:
         """What the sink's own durable log knows: its transactions and the ids used.
 
         Recovery aborts the unfinished transactions in it that the restored state does not
@@ -245,14 +270,14 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """
         return TransactionLog()
 
-    def acquire(self) -> None:
+    def _acquire(self) -> None:
         """Take what the sink needs before anything else (locks, tables); called once."""
 
-    def ready(self) -> None:
+    def _ready(self) -> None:
         """Called last by ``initialize_state``, once recovery is done (register views...)."""
 
-    def release(self) -> None:
-        """Free what ``acquire`` took; called last by ``close`` and ``resolve``."""
+    def _release(self) -> None:
+        """Free what ``_acquire`` took; called last by ``close`` and ``resolve``."""
 
     # ------------------------------------------------------- framework methods
 
@@ -269,8 +294,8 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         A driver that never reuses ids starts above its ``last_checkpoint_id``; one that
         replays ids checks its own record against it.
         """
-        self._acquire()
-        return self.log()
+        self._acquire_once()
+        return self._log()
 
     def initialize_state(
         self, restored: SinkState[TxnT] | None = None, *, next_checkpoint_id: int | None = None
@@ -288,9 +313,9 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """
         if self._initialized:
             raise ProtocolError(f"sink {self.name!r} is already initialized")
-        self._acquire()
+        self._acquire_once()
         restored = restored or SinkState()
-        self._recover(restored, self.log())
+        self._recover(restored, self._log())
         first = (
             restored.last_checkpoint_id + 1 if next_checkpoint_id is None else next_checkpoint_id
         )
@@ -315,8 +340,8 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """
         if self._initialized:
             raise ProtocolError(f"sink {self.name!r} is already initialized")
-        self._acquire()
-        logged = self.log()
+        self._acquire_once()
+        logged = self._log()
         restored: SinkState[TxnT] = logged.completed_through(completed_through)
         self._recover(restored, logged)
         self._finish_initialization(restored.last_checkpoint_id + 1)
@@ -325,7 +350,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """Write a value into the open transaction."""
         self._check_running()
         assert self._current is not None
-        self.invoke(self._current.handle, value)
+        self._invoke(self._current.handle, value)
 
     def snapshot_state(self, checkpoint_id: int) -> SinkState[TxnT]:
         """Pre-commit the open transaction as ``checkpoint_id`` and begin the next one.
@@ -345,7 +370,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 f"belongs to checkpoint {current.checkpoint_id}; snapshot that id"
             )
         log.debug("%s: checkpoint %d, pre-committing %r", self.name, checkpoint_id, current)
-        verdict = self.pre_commit(current.handle) or TxnState.PRE_COMMITTED
+        verdict = self._pre_commit(current.handle) or TxnState.PRE_COMMITTED
         if verdict is TxnState.PRE_COMMITTED:
             self._pending.append(current)
         elif verdict is TxnState.HELD:
@@ -402,10 +427,10 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 "to withhold"
             )
         if state is TxnState.HELD:
-            self.hold(holder.handle, reason)
+            self._hold(holder.handle, reason)
             self._held.append(holder)
         else:
-            self.abort(holder.handle, reason)
+            self._abort(holder.handle, reason)
         self._withheld[checkpoint_id] = state
         log.info("%s: checkpoint %d %s: %s", self.name, checkpoint_id, state.value, reason)
 
@@ -461,7 +486,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             log.info("%s: checkpoint %d complete, committing %r", self.name, checkpoint_id, holder)
             self._warn_if_timeout_near(holder)
             try:
-                self.commit(holder.handle)
+                self._commit(holder.handle)
             except Exception as exc:  # keep going: the rest must still be committed
                 failures.append((holder.checkpoint_id, exc))
                 continue
@@ -489,9 +514,9 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 f"{self.name} is running: resolve checkpoints of a stopped sink, or let the "
                 "running one commit them"
             )
-        self._acquire()
+        self._acquire_once()
         try:
-            logged = self.log()
+            logged = self._log()
             found = [
                 t
                 for t in logged.transactions
@@ -506,10 +531,10 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             check_resolvable(found, commit=commit)
             for txn in found:
                 if commit:
-                    self.decide_commit(txn.holder.handle, reason)
-                    self.recover_and_commit(txn.holder.handle)
+                    self._decide_commit(txn.holder.handle, reason)
+                    self._recover_and_commit(txn.holder.handle)
                 else:
-                    self.recover_and_abort(txn.holder.handle, reason)
+                    self._recover_and_abort(txn.holder.handle, reason)
                 log.info(
                     "%s: %s checkpoint %d (%r) by hand: %s",
                     self.name,
@@ -519,7 +544,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                     reason,
                 )
         finally:
-            self._release()
+            self._release_once()
         return found
 
     def __enter__(self: SinkT) -> SinkT:
@@ -537,9 +562,9 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         try:
             if current is not None:
                 log.info("%s: closing, aborting open transaction %r", self.name, current)
-                self.abort(current.handle, "the sink closed before its checkpoint")
+                self._abort(current.handle, "the sink closed before its checkpoint")
         finally:
-            self._release()
+            self._release_once()
 
     @property
     def current_checkpoint_id(self) -> int:
@@ -560,15 +585,15 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
 
     # --------------------------------------------------------------- internals
 
-    def _acquire(self) -> None:
+    def _acquire_once(self) -> None:
         if not self._acquired:
-            self.acquire()
+            self._acquire()
             self._acquired = True
 
-    def _release(self) -> None:
+    def _release_once(self) -> None:
         if self._acquired:
             self._acquired = False
-            self.release()
+            self._release()
 
     def _check_running(self) -> None:
         if self._closed:
@@ -582,12 +607,12 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         log.info("%s: recovery: %s", self.name, steps.summary())
         failures: list[tuple[int, BaseException]] = []
         for holder in steps.commit:
-            error = self._recover_and_commit(holder)
+            error = self._commit_recovered(holder)
             if error is not None:
                 failures.append((holder.checkpoint_id, error))
         for holder, reason in steps.abort:
             try:
-                self.recover_and_abort(holder.handle, reason)
+                self._recover_and_abort(holder.handle, reason)
                 log.info("%s: aborted recovered transaction %r: %s", self.name, holder, reason)
             except Exception as exc:  # keep going: the rest must still be attempted
                 failures.append((holder.checkpoint_id, exc))
@@ -599,10 +624,10 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         self._last_notified = self._last_snapshot = first_checkpoint_id - 1
         self._current = self._begin(first_checkpoint_id)
         self._initialized = True
-        self.ready()
+        self._ready()
 
     def _begin(self, checkpoint_id: int) -> TransactionHolder[TxnT]:
-        handle = self.begin_transaction(checkpoint_id)
+        handle = self._begin_transaction(checkpoint_id)
         live = {h.handle for h in (*self._pending, *self._held)}
         if handle in self._recovered or handle in live:
             raise ProtocolError(
@@ -619,7 +644,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         states = sorted(
             {
                 t.state.value
-                for t in self.log().transactions
+                for t in self._log().transactions
                 if t.holder.checkpoint_id == checkpoint_id
             }
         )
@@ -627,10 +652,10 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
             return f"the sink's journal says: {', '.join(states)}"
         return "it was committed before, or never pre-committed"
 
-    def _recover_and_commit(self, holder: TransactionHolder[TxnT]) -> BaseException | None:
+    def _commit_recovered(self, holder: TransactionHolder[TxnT]) -> BaseException | None:
         self._warn_if_timeout_near(holder)
         try:
-            self.recover_and_commit(holder.handle)
+            self._recover_and_commit(holder.handle)
         except Exception as exc:
             elapsed = self._clock.millis() - holder.started_at_ms
             timeout = self._timeout

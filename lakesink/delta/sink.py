@@ -1,6 +1,6 @@
 """The Delta Lake implementation of the two-phase-commit hooks.
 
-- ``invoke`` appends a DataFrame's rows to the target table, masked
+- ``_invoke`` appends a DataFrame's rows to the target table, masked
   (``_lakesink_visible = false``) in a partition of their transaction's own
   (``_lakesink_pending = <transaction id>``), tagged with the checkpoint and transaction
   id. Each append carries ``txnAppId = lakesink:<sink>:<writer>`` and ``txnVersion`` = the
@@ -8,17 +8,17 @@
   writer starts. So a retried append is skipped by Delta, while a new transaction, even
   one replaying a checkpoint id, never is; and the table's log keeps one app id per
   writer, not one per transaction.
-- ``pre_commit`` counts the rows (observed while they were written, so not read back),
+- ``_pre_commit`` counts the rows (observed while they were written, so not read back),
   runs the validation gate on them if the sink has one, and journals the verdict.
-- ``commit`` makes the rows visible with one MERGE keyed on checkpoint id and transaction
+- ``_commit`` makes the rows visible with one MERGE keyed on checkpoint id and transaction
   id (retried on write conflicts), which moves them into the committed partition
   (``_lakesink_visible = true``, ``_lakesink_pending`` NULL), then journals it committed.
   The decision to commit is durable before that: the driver's checkpoint record, or
   (standalone) the pre-commit itself, which recovery always commits; an operator's commit
   journals it (``committing``).
-- ``abort`` and ``hold`` journal the transaction aborted or held; its rows stay masked
+- ``_abort`` and ``_hold`` journal the transaction aborted or held; its rows stay masked
   (aborted ones until the vacuum job removes them).
-- ``log`` folds this writer's journal, for recovery.
+- ``_log`` folds this writer's journal, for recovery.
 
 Why the partitions: a commit's MERGE pins its own transaction's pending partition, so
 Delta reads only that transaction's files and checks write conflicts against them alone
@@ -158,6 +158,9 @@ class SinkOptions:
             values, no row read or written (milliseconds, flat in rows); RESTORE does not
             hide them again, the change data feed shows each row twice, and tables with
             row tracking or deletion vectors are refused (``lakesink.delta.publish``).
+        merge_schema: Add the columns ``schema`` has and an existing table lacks, as
+            Delta's ``mergeSchema`` does (nullable columns only; rows written before read
+            them as null). A dropped column or a changed type is still refused.
     """
 
     sink_id: str | None = None
@@ -170,6 +173,7 @@ class SinkOptions:
     timeout: TransactionTimeout | None = None
     partition_by: tuple[str, ...] | None = None
     commit: str = "merge"
+    merge_schema: bool = False
 
     def __post_init__(self) -> None:
         if self.commit not in COMMIT_MODES:
@@ -305,7 +309,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     # ----------------------------------------------------------------- hooks
 
-    def acquire(self) -> None:
+    def _acquire(self) -> None:
         self._table, created = ensure_sink_table(
             self.spark,
             self.path,
@@ -313,6 +317,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             schema=self._given_schema,
             journal=self.journal_path,
             partition_by=self.options.partition_by,
+            merge_schema=self.options.merge_schema,
         )
         self.schema = self._table.schema
         if self.options.commit == "metadata":
@@ -331,13 +336,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # After the lock: no other process of this writer can append any more.
         self._txn_version = transaction_version(self.path, self._app_id())
 
-    def ready(self) -> None:
+    def _ready(self) -> None:
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
 
-    def release(self) -> None:
+    def _release(self) -> None:
         self._lock.release()
 
-    def log(self) -> TransactionLog[DeltaTransaction]:
+    def _log(self) -> TransactionLog[DeltaTransaction]:
         """This writer's transactions in the journal; ids of every writer of the sink.
 
         Other writers' ids count when they got past open, so writers started together
@@ -362,14 +367,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 )
         return TransactionLog(tuple(mine), last_id)
 
-    def begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
+    def _begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
         # Journaled as open only at its first write: a transaction that never wrote has
         # nothing to recover, and a checkpoint then costs no journal commit for it.
         txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
         self._progress[txn.txn_id] = _Progress()
         return txn
 
-    def invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
+    def _invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
         progress = self._live(transaction)
         check_columns(value.schema, self.schema, what="the DataFrame")
         frame = value.select(
@@ -422,7 +427,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     raise
         progress.appends = step
 
-    def pre_commit(self, transaction: DeltaTransaction) -> TxnState:
+    def _pre_commit(self, transaction: DeltaTransaction) -> TxnState:
         progress = self._live(transaction)
         if progress.rows is None:
             progress.rows = self.pending_rows(transaction).count()
@@ -453,7 +458,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         )
         return state
 
-    def commit(self, transaction: DeltaTransaction) -> None:
+    def _commit(self, transaction: DeltaTransaction) -> None:
         progress = self._progress.get(transaction.txn_id)
         rows = progress.rows if progress else None
         self._step("before_flip", transaction)
@@ -479,8 +484,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             ) from exc
         self._progress.pop(transaction.txn_id, None)
 
-    def abort(self, transaction: DeltaTransaction, reason: str) -> None:
-        # Every transaction the journal knows has a record here (``log`` makes those of
+    def _abort(self, transaction: DeltaTransaction, reason: str) -> None:
+        # Every transaction the journal knows has a record here (``_log`` makes those of
         # recovered ones): one without, or never journaled, never wrote: nothing to undo.
         progress = self._progress.pop(transaction.txn_id, None)
         if progress is None or not progress.journaled:
@@ -493,13 +498,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             )
         )
 
-    def hold(self, transaction: DeltaTransaction, reason: str) -> None:
+    def _hold(self, transaction: DeltaTransaction, reason: str) -> None:
         progress = self._progress[transaction.txn_id]  # kept: it may yet be committed or aborted
         self.journal.record(
             self._entry(transaction, TxnState.HELD, row_count=progress.rows, detail=reason)
         )
 
-    def decide_commit(self, transaction: DeltaTransaction, reason: str) -> None:
+    def _decide_commit(self, transaction: DeltaTransaction, reason: str) -> None:
         # Neither a checkpoint record nor the journal's pre-commit may make this commit
         # recoverable (a held or uncheckpointed transaction): journal the decision.
         self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1, detail=reason))

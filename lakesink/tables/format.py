@@ -50,7 +50,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.spark.sql import delta_path
+from lakesink.spark.sql import delta_path, quote_identifier
 from lakesink.storage.files import has_files, is_delta_table
 from lakesink.storage.location import relative_to_parent, resolve_relative
 
@@ -80,6 +80,7 @@ __all__ = [
     "commit_metadata",
     "ensure_log_table",
     "ensure_sink_table",
+    "format_version",
     "read_sink_table",
     "recorded_journal",
     "sink_table",
@@ -225,11 +226,14 @@ def ensure_sink_table(
     schema: StructType | None,
     journal: str,
     partition_by: tuple[str, ...] | None = None,
+    merge_schema: bool = False,
 ) -> tuple[SinkTable, bool]:
     """Create the sink table or check the existing one; return it and whether it was created.
 
     ``partition_by`` names user columns to partition a new table by (after lakesink's own
-    partition columns); given for an existing table, it must be the table's.
+    partition columns); given for an existing table, it must be the table's. With
+    ``merge_schema``, the nullable columns ``schema`` adds to an existing table are added
+    to it (one Delta commit that changes only its metadata).
 
     Raises:
         ConfigurationError: The table belongs to another sink or journal, or is partitioned
@@ -254,7 +258,7 @@ def ensure_sink_table(
                 "pass journal_path= with the recorded journal"
             )
         if schema is not None:
-            check_columns(schema, table.schema, what="the given schema")
+            table = _evolve(spark, table, schema, merge_schema)
         if partition_by is not None and tuple(partition_by) != table.partition_by:
             raise ConfigurationError(
                 f"the table at {path} is partitioned by "
@@ -293,6 +297,37 @@ def ensure_sink_table(
         partition_by=partition_by,
     )
     return table, True
+
+
+def _evolve(spark: SparkSession, table: SinkTable, schema: StructType, merge: bool) -> SinkTable:
+    """The table once the columns ``schema`` adds are added (``merge``), or refused.
+
+    Raises:
+        SchemaMismatchError: ``schema`` drops a column or changes a type (named); or adds
+            columns without ``merge``, or adds one that is not nullable.
+    """
+    known = set(table.schema.fieldNames())
+    added = [f for f in schema.fields if f.name not in known]
+    names = ", ".join(f.name for f in added)
+    if not merge or not added:
+        try:
+            check_columns(schema, table.schema, what="the given schema")
+        except SchemaMismatchError as exc:
+            hint = f"; to add {names} to the table, pass merge_schema=True" if added else ""
+            raise SchemaMismatchError(f"{exc}{hint}") from None
+        return table
+    kept = StructType([f for f in schema.fields if f.name in known])
+    check_columns(kept, table.schema, what="the given schema")  # dropped or retyped columns
+    required = [f.name for f in added if not f.nullable]
+    if required:
+        raise SchemaMismatchError(
+            f"new column(s) {', '.join(required)} of the table at {table.path} are NOT NULL: "
+            "the rows already in it have no value for them; add them as nullable columns"
+        )
+    columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in added)
+    spark.sql(f"ALTER TABLE {delta_path(table.path)} ADD COLUMNS ({columns})")
+    log.info("added column(s) %s to the lakesink table %s", names, table.path)
+    return read_sink_table(spark, table.path)
 
 
 def check_partition_columns(partition_by: tuple[str, ...], schema: StructType) -> None:
@@ -414,6 +449,11 @@ def recorded_journal(journal: str, table: str) -> str:
     return relative_to_parent(journal, table) or journal
 
 
+def format_version(properties: Mapping[str, str]) -> int:
+    """The lakesink format a table's properties record (format 1 recorded none)."""
+    return int(properties.get(FORMAT_PROPERTY, "1"))
+
+
 def check_format(
     properties: Mapping[str, str], path: str, what: str, supported: int, *, oldest: int = 0
 ) -> int:
@@ -424,7 +464,7 @@ def check_format(
     Raises:
         FormatVersionError: Another format; an older one names its migration.
     """
-    version = int(properties.get(FORMAT_PROPERTY, "1"))
+    version = format_version(properties)
     if version > supported:
         raise FormatVersionError(
             f"the {what} at {path} has lakesink format {version}, newer than the {supported} "

@@ -66,7 +66,7 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
             only the restored state, as for Flink's sinks.
         names: Transaction names to use, in order (default ``txn-0``, ``txn-1``, ...);
             each is suffixed with ``@checkpoint``.
-        verdicts: Per checkpoint id, the verdict ``pre_commit`` returns (default
+        verdicts: Per checkpoint id, the verdict ``_pre_commit`` returns (default
             pre-committed), as a validation gate would.
     """
 
@@ -92,48 +92,48 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
         self.fail_commits = False
         self.reasons: dict[str, str] = {}  # why each aborted or held transaction was
 
-    def begin_transaction(self, checkpoint_id: int) -> MemoryTxn:
+    def _begin_transaction(self, checkpoint_id: int) -> MemoryTxn:
         txn = MemoryTxn(f"{next(self.names)}@{checkpoint_id}")
         self.store.staged.setdefault(txn.name, [])
         return txn
 
-    def invoke(self, transaction: MemoryTxn, value: object) -> None:
+    def _invoke(self, transaction: MemoryTxn, value: object) -> None:
         if self.fail_writes:
             raise OSError("store not writable")
         if transaction.name not in self.store.log:  # logged at its first write, like the journal
-            self._log(transaction, TxnState.OPEN)
+            self._record(transaction, TxnState.OPEN)
         self.store.staged[transaction.name].append(value)
 
-    def pre_commit(self, transaction: MemoryTxn) -> TxnState:
+    def _pre_commit(self, transaction: MemoryTxn) -> TxnState:
         if self.fail_writes:
             raise OSError("store not writable")
         verdict = TxnState.PRE_COMMITTED
         if self.verdicts:
             verdict = self.verdicts.get(_checkpoint(transaction), verdict)
-        self._log(transaction, verdict)
+        self._record(transaction, verdict)
         return verdict
 
-    def commit(self, transaction: MemoryTxn) -> None:
+    def _commit(self, transaction: MemoryTxn) -> None:
         if self.fail_commits:
             raise RuntimeError("Expected exception")
         if transaction.name in self.store.staged:  # absent: committed before, a no-op
             self.store.target[transaction.name] = self.store.staged.pop(transaction.name)
-        self._log(transaction, TxnState.COMMITTED)
+        self._record(transaction, TxnState.COMMITTED)
 
-    def abort(self, transaction: MemoryTxn, reason: str) -> None:
+    def _abort(self, transaction: MemoryTxn, reason: str) -> None:
         self.store.staged.pop(transaction.name, None)
         self.reasons[transaction.name] = reason
         if transaction.name in self.store.log:  # one that never wrote left nothing to undo
-            self._log(transaction, TxnState.ABORTED)
+            self._record(transaction, TxnState.ABORTED)
 
-    def hold(self, transaction: MemoryTxn, reason: str) -> None:
+    def _hold(self, transaction: MemoryTxn, reason: str) -> None:
         self.reasons[transaction.name] = reason
-        self._log(transaction, TxnState.HELD)
+        self._record(transaction, TxnState.HELD)
 
-    def decide_commit(self, transaction: MemoryTxn, reason: str) -> None:
-        self._log(transaction, TxnState.COMMITTING)
+    def _decide_commit(self, transaction: MemoryTxn, reason: str) -> None:
+        self._record(transaction, TxnState.COMMITTING)
 
-    def log(self) -> TransactionLog[MemoryTxn]:
+    def _log(self) -> TransactionLog[MemoryTxn]:
         if not self.logged:
             return TransactionLog()
         found = tuple(
@@ -142,7 +142,7 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
         )
         return TransactionLog(found, max((t.holder.checkpoint_id for t in found), default=0))
 
-    def _log(self, transaction: MemoryTxn, state: TxnState) -> None:
+    def _record(self, transaction: MemoryTxn, state: TxnState) -> None:
         if self.logged:
             self.store.log[transaction.name] = (_checkpoint(transaction), state)
 

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from lakesink.core import SinkState, TransactionTimeout, TxnState
+from lakesink.core import SinkState, TransactionTimeout, TwoPhaseCommitSink, TxnState
 from lakesink.errors import (
     CheckpointOrderError,
     CommitError,
@@ -74,7 +74,9 @@ def test_fail_before_notify_then_restore_commits_once(store):
     sink.fail_writes = True
     with pytest.raises(OSError):
         sink.write("44")
+    with pytest.raises(OSError):  # the pre-commit of checkpoint 3 fails as well
         sink.snapshot_state(3)
+    assert sink.pending_checkpoint_ids == [1, 2]  # the failed one was never pre-committed
     sink.close()
 
     restored = started(store, SinkState.from_json(snapshot.to_json(), Txn))
@@ -155,9 +157,9 @@ def test_overlapping_checkpoints_commit_in_ascending_order(store):
     order: list[str] = []
 
     class Recording(MemorySink):
-        def commit(self, transaction: Txn) -> None:
+        def _commit(self, transaction: Txn) -> None:
             order.append(transaction.name)
-            super().commit(transaction)
+            super()._commit(transaction)
 
     sink = Recording(store)
     sink.initialize_state()
@@ -175,12 +177,12 @@ def test_every_pending_commit_is_attempted_before_the_first_error(store):
     attempted: list[int] = []
 
     class FailsFirst(MemorySink):
-        def commit(self, transaction: Txn) -> None:
+        def _commit(self, transaction: Txn) -> None:
             checkpoint = int(transaction.name.split("@")[1])
             attempted.append(checkpoint)
             if checkpoint in self.broken:
                 raise RuntimeError(f"checkpoint {checkpoint} broke")
-            super().commit(transaction)
+            super()._commit(transaction)
 
     sink = FailsFirst(store)
     sink.broken = set()
@@ -273,7 +275,7 @@ def test_a_sink_that_reuses_transaction_identities_is_refused(store):
     pool = itertools.cycle(["producer-0", "producer-1"])
 
     class Pooled(MemorySink):
-        def begin_transaction(self, checkpoint_id: int) -> Txn:
+        def _begin_transaction(self, checkpoint_id: int) -> Txn:
             return Txn(next(pool))
 
     sink = Pooled(store)
@@ -289,7 +291,7 @@ def test_restored_handles_cannot_be_reused_after_restart(store):
     sink.close()
 
     class Recycling(MemorySink):
-        def begin_transaction(self, checkpoint_id: int) -> Txn:
+        def _begin_transaction(self, checkpoint_id: int) -> Txn:
             return Txn("txn-0@1")
 
     with pytest.raises(ProtocolError, match="already used"):
@@ -407,6 +409,20 @@ def test_overriding_a_framework_method_is_refused():
         class Sneaky(MemorySink):
             def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
                 pass
+
+
+def test_a_hook_under_its_public_name_is_refused_rather_than_never_called():
+    with pytest.raises(TypeError, match=r"defines commit: the protocol's hooks are protected; "):
+
+        class Public(MemorySink):
+            def commit(self, transaction: Txn) -> None:
+                pass
+
+
+def test_the_object_a_user_writes_with_shows_no_hook():
+    public = {name for name in dir(MemorySink) if not name.startswith("_")}
+    assert not public & set(TwoPhaseCommitSink._HOOKS)
+    assert {"write", "snapshot_state", "notify_checkpoint_complete", "close"} <= public
 
 
 @pytest.mark.parametrize(
