@@ -40,8 +40,8 @@ from lakesink.cli.signals import stop_requested
 from lakesink.core import step_hook_from_env
 from lakesink.errors import LakesinkError
 from lakesink.ops.metrics import MetricsExport
-from lakesink.storage.files import copy_file, write_bytes
-from lakesink.storage.location import join, name, normalize
+from lakesink.sources.landing import quarantine
+from lakesink.storage.location import join, normalize
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
 
@@ -51,7 +51,6 @@ RAW_SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE, ordered_at STRING
 ORDERS_SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE, ordered_at TIMESTAMP"
 TOTALS_SCHEMA = "customer STRING, orders BIGINT, amount DOUBLE"
 CORRUPT = "_corrupt_record"
-QUARANTINE = "_quarantine"
 
 
 def transform(raw: DataFrame) -> DataFrame:
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     def process(batch: DataFrame, writers: Mapping[str, DeltaSink]) -> None:
         batches.append(writers["orders"].current_checkpoint_id)
         batch = batch.cache()
-        quarantined = _quarantine(batch, args.landing) if args.landing else []
+        quarantined = _quarantine(batch) if args.landing else []
         good = batch.where(~F.col("_file").isin(quarantined)) if quarantined else batch
         orders = transform(good).cache()
         rows = orders.count()
@@ -337,7 +336,7 @@ def _kafka_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     ).select("order.*", "_file")
 
 
-def _quarantine(batch: DataFrame, landing: str) -> list[str]:
+def _quarantine(batch: DataFrame) -> list[str]:
     """Copy the batch's files that did not parse aside, with the reason; return their paths.
 
     Copied, not moved: Spark's file source has recorded them, and a replayed batch reads
@@ -349,13 +348,9 @@ def _quarantine(batch: DataFrame, landing: str) -> list[str]:
         .agg(F.first(CORRUPT).alias("line"))
         .collect()
     )
-    target = join(normalize(landing), QUARANTINE)
     for row in bad:
-        source = normalize(unquote(row["_file"]))  # Spark's file URI, percent-encoded
-        copy_file(source, join(target, name(source)))
-        reason = f"does not parse: {row['line'][:200]!r}"
-        write_bytes(join(target, f"{name(source)}.reason.txt"), f"{reason}\n".encode())
-        log.warning("quarantined %s: %s", name(source), reason)
+        file = normalize(unquote(row["_file"]))  # Spark's file URI, percent-encoded
+        quarantine(file, f"does not parse: {row['line'][:200]!r}", keep=True)
     return [row["_file"] for row in bad]
 
 

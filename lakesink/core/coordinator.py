@@ -243,7 +243,7 @@ class CheckpointCoordinator(Generic[DataT]):
         record = CheckpointRecord(
             job_id=self.job_id,
             checkpoint_id=checkpoint_id,
-            completed_at=datetime.now(timezone.utc),
+            completed_at=datetime.fromtimestamp(self._clock.millis() / 1000, tz=timezone.utc),
             source_position=position,
             sink_states={key: sink.state.to_json() for key, sink in self.sinks.items()},
             items=items,

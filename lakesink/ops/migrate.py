@@ -57,6 +57,7 @@ from lakesink.tables.format import (
     TXN_ID,
     VISIBLE,
     commit_metadata,
+    format_version,
     recorded_journal,
 )
 
@@ -108,7 +109,7 @@ def plan_migration(spark: SparkSession, state_dir: str) -> MigrationPlan:
             return MigrationPlan(path=path, step="finish", records=0, jobs=())
         raise TableNotFoundError(f"no checkpoint table at {path}: pass a job's --state folder")
     properties = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {}
-    if int(properties.get(FORMAT_PROPERTY, "1")) >= CHECKPOINTS_FORMAT:
+    if format_version(properties) >= CHECKPOINTS_FORMAT:
         return MigrationPlan(path=path, step="nothing", records=0, jobs=())
     rows = spark.read.format("delta").load(path)
     jobs = tuple(sorted(r.job_id for r in rows.select("job_id").distinct().collect()))
@@ -187,7 +188,7 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     properties = detail["properties"] or {}
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(f"the Delta table at {path} is not a lakesink table")
-    version = int(properties.get(FORMAT_PROPERTY, "1"))
+    version = format_version(properties)
     if version >= TABLE_FORMAT:
         return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
     if version >= OLDEST_TABLE_FORMAT:

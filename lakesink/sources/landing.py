@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -22,6 +21,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from lakesink.core import Batch, Quarantined, Source
 from lakesink.errors import ConfigurationError
+from lakesink.storage.files import copy_file, remove_file, write_bytes
+from lakesink.storage.location import join, parent
+from lakesink.storage.location import name as location_name
 
 __all__ = ["FileFormat", "LandingFolder", "literal_path"]
 
@@ -124,12 +126,27 @@ class LandingFolder(Source[DataFrame]):
         return frame, quarantined
 
     def _quarantine(self, name: str, reason: str) -> Quarantined:
-        target = self.folder / QUARANTINE
-        target.mkdir(exist_ok=True)
-        shutil.move(str(self.folder / name), str(target / name))
-        (target / f"{name}.reason.txt").write_text(reason + "\n")
-        log.warning("quarantined %s: %s", name, reason)
-        return Quarantined(name, reason)
+        return quarantine(str(self.folder / name), reason)
+
+
+def quarantine(file: str, reason: str, *, keep: bool = False) -> Quarantined:
+    """Set a landing file that does not parse aside: into ``_quarantine/`` beside it, with
+    ``<name>.reason.txt`` saying why (a local path or an object-store URI).
+
+    Args:
+        file: The file.
+        reason: Why it was set aside.
+        keep: Copy it rather than move it: a streaming file source that has recorded the
+            file reads it again when a batch is replayed, and copying again is harmless.
+    """
+    name = location_name(file)
+    target = join(parent(file), QUARANTINE)
+    copy_file(file, join(target, name))
+    write_bytes(join(target, f"{name}.reason.txt"), f"{reason}\n".encode())
+    if not keep:
+        remove_file(file)
+    log.warning("quarantined %s: %s", name, reason)
+    return Quarantined(name, reason)
 
 
 # Hadoop's glob syntax: Spark expands a read path holding any of these as a pattern.

@@ -27,6 +27,7 @@ __all__ = [
     "is_delta_table",
     "object_store",
     "read_bytes",
+    "remove_file",
     "require_delta_table",
     "write_bytes",
 ]
@@ -119,6 +120,17 @@ def write_bytes(location: str, content: bytes) -> None:
 
     store, key = object_store(location)
     put(store, key, content)
+
+
+def remove_file(location: str) -> None:
+    """Delete the file ``location`` (local or on an object store)."""
+    if not is_uri(location):
+        Path(location).unlink()
+        return
+    from obstore import delete
+
+    store, key = object_store(location)
+    delete(store, key)
 
 
 def create_file(location: str, content: bytes) -> None:
