@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,13 @@ def _positive(row: dict, *keys: str) -> None:
 
 
 def _ratio_of(row: dict, ratio: str, value: str, baseline: str) -> None:
+    """The ratio is of the two figures, and each figure is the median of the samples the
+    run recorded for it (where the row names them by the figure's name)."""
     assert row[ratio] == pytest.approx(row[value] / row[baseline]), (ratio, row)
+    for figure in (value, baseline):
+        samples = row.get("samples", {}).get(figure.removesuffix("_s"))
+        if samples is not None:
+            assert row[figure] == pytest.approx(statistics.median(samples)), (figure, row)
 
 
 @pytest.mark.slow
@@ -67,7 +74,8 @@ def test_header_names_the_machine_the_versions_and_the_load(quick_run) -> None:
     assert machine["cores"] >= 1 and machine["memory_gib"] > 0
     for key in ("date", "cpu", "python", "java", "pyspark", "delta_spark", "lakesink_commit"):
         assert machine[key], key
-    assert report["load"]["samples"] >= 1 and report["load"]["max_1m"] >= 0
+    load = report["load"]  # sampled from /proc/loadavg while the run worked the machine
+    assert load["samples"] >= 1 and 0 < load["min_1m"] <= load["median_1m"] <= load["max_1m"]
     assert report["duration_s"] > 0
     # The S3 figures say what they are: a local server on loopback, not a network away.
     store = report["object_store"]

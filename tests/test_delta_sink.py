@@ -275,7 +275,7 @@ def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark,
     completed = sink.state  # what a driver records for checkpoint 1
     sink.write(rows(spark, [20, 21]))  # checkpoint 2, first attempt: pre-committed, then lost
     sink.checkpoint()
-    sink.release()  # the process dies
+    sink._release()  # the process dies
 
     replay = DeltaSink(spark, str(table), view_name="v_replay")
     replay.initialize_state(completed)  # the driver's next checkpoint is 2 again
@@ -666,9 +666,15 @@ def test_the_journal_is_queryable_with_plain_sql(spark, table, running):
 
 
 def test_the_masked_rows_carry_checkpoint_and_transaction(spark, table, running):
-    raw = spark.read.format("delta").load(str(table))
-    (row,) = raw.collect()
-    assert row[CHECKPOINT_ID] == 1 and row[VISIBLE] is True and len(row[TXN_ID]) == 32
+    running.write(rows(spark, [2]))
+    pending = running.checkpoint()  # pre-committed: its row is masked
+    raw = {r.order_id: r for r in spark.read.format("delta").load(str(table)).collect()}
+    masked = raw[2]
+    assert masked[VISIBLE] is False and masked[CHECKPOINT_ID] == pending == 2
+    assert len(masked[TXN_ID]) == 32 and masked[PENDING] == masked[TXN_ID]  # its partition
+    committed = raw[1]  # once committed, a row keeps its checkpoint and transaction
+    assert committed[VISIBLE] is True and committed[PENDING] is None
+    assert committed[CHECKPOINT_ID] == 1 and committed[TXN_ID] != masked[TXN_ID]
 
 
 def test_a_second_live_process_as_the_same_writer_is_refused(spark, table, running):

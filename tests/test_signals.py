@@ -46,6 +46,13 @@ def stop(process: subprocess.Popen[str], signum: signal.Signals, target: str) ->
     return below
 
 
+def kill_if_running(process: subprocess.Popen[str]) -> None:
+    """After a failed check: leave no process group behind for the next test."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def assert_gone(below: set[int]) -> None:
     deadline = time.monotonic() + 30
     while any(alive(p) for p in below) and time.monotonic() < deadline:
@@ -64,9 +71,7 @@ def test_the_sql_server_stops_cleanly(tmp_path, signum, target):
         assert_gone(below)
         assert "Traceback" not in log.read_text()
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        kill_if_running(server)
 
 
 @pytest.mark.parametrize(("signum", "target"), WAYS)
@@ -105,9 +110,7 @@ def test_a_following_ingest_job_stops_cleanly(tmp_path, signum, target):
         assert_gone(below)
         assert "Traceback" not in log.read_text()
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+        kill_if_running(job)
 
     status = sink_status(str(tmp_path / "orders"))
     everything = [*status.committed, *status.pending, *status.held, *status.aborted]
