@@ -147,7 +147,7 @@ def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, 
         "checkpoint-view": lakesink("checkpoint-view", missing, "--checkpoint", "1"),
         "migrate-table": lakesink("migrate-table", missing),
         "migrate-checkpoints": lakesink("migrate-checkpoints", missing),
-        "vacuum": lakesink("vacuum", "--table", missing),
+        "vacuum": lakesink("vacuum", missing),
         "jobs/vacuum.py": job("vacuum.py", "--table", missing),
         "jobs/ingest.py": job(
             "ingest.py", "--kafka", "127.0.0.1:9", "--table", missing, "--state", missing

@@ -410,7 +410,25 @@ def test_the_job_prints_json_and_exits_0_or_2_with_the_message(spark, table, tmp
     report = json.loads(done.stdout)
     assert report["dry_run"] is True and report["rows_removed"] == 2
     assert [t["txn_id"] for t in report["transactions"]] == [txn]
+    assert report["files_kept"] >= 1 and report["kept_until"]  # past the retention, 168 h
     assert versions(spark, table) == before
+
+    # For real, the table given as the first argument as every command takes it; the
+    # report says what went now and what stays for time travel, and until when.
+    ran = run_job(str(table), "--no-compact", "--master", "local[1]")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "removed 2 row(s) of 1 transaction(s) from the table" in ran.stdout
+    kept = r"^\d+ file\(s\) of the removed rows stay for time travel until "
+    kept += r"\d{4}-\d\d-\d\d \d\d:\d\d UTC; a vacuum after that deletes them$"
+    assert re.search(kept, ran.stdout, re.M), ran.stdout
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "lakesink"), "status", str(table), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (sink,) = json.loads(status.stdout)["sinks"]
+    assert [(t["txn_id"], t["vacuumed"]) for t in sink["aborted"]] == [(txn, True)]
 
     missing = tmp_path / "missing"
     failed = run_job("--table", str(missing))

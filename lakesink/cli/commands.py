@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -86,8 +87,9 @@ def _status(args: argparse.Namespace) -> int:
             print(f"  {kind}: {len(rows)}")
             for txn in rows:
                 error = f"  error: {txn['last_error']}" if txn["last_error"] else ""
+                state = "vacuumed" if txn["vacuumed"] else txn["state"]
                 print(
-                    f"    checkpoint {txn['checkpoint_id']:>5}  {txn['state']:<13} "
+                    f"    checkpoint {txn['checkpoint_id']:>5}  {state:<13} "
                     f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
                     f"rows {txn['rows'] if txn['rows'] is not None else '?'}{error}"
                 )
@@ -127,8 +129,16 @@ def _metrics(args: argparse.Namespace) -> int:
 
     export = MetricsExport(textfile=args.textfile, push_gateway=args.push_gateway, job=args.job)
     registry = sink_registry(args.table)
-    if not export.enabled:
+    if args.json:
+        samples = [
+            {"name": s.name, "labels": s.labels, "value": s.value}
+            for family in registry.collect()
+            for s in family.samples
+        ]
+        print(json.dumps({"metrics": samples}, indent=2))
+    elif not export.enabled:
         sys.stdout.write(generate_latest(registry).decode())
+    if not export.enabled:
         return 0
     export.send(registry)
     where = " and ".join(
@@ -167,8 +177,26 @@ def _resolve(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     done_word = {"commit": "committed", "abort": "aborted"}[args.command]
-    print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s)")
+    if args.json:
+        print(json.dumps({done_word: _checkpoint_json(args.checkpoint, done)}, indent=2))
+    else:
+        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s)")
     return 0
+
+
+def _checkpoint_json(checkpoint_id: int, transactions: list) -> dict:
+    return {
+        "checkpoint_id": checkpoint_id,
+        "transactions": [
+            {
+                "txn_id": t.txn_id,
+                "writer_id": t.writer_id,
+                "state": t.state.value,
+                "rows": t.row_count,
+            }
+            for t in transactions
+        ],
+    }
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -231,6 +259,9 @@ def _checkpoint_view(args: argparse.Namespace) -> int:
     table = normalize(args.table)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     name, transactions = create_checkpoint_view(_session(args), table, args.checkpoint, args.name)
+    if args.json:
+        print(json.dumps({"view": name, **_checkpoint_json(args.checkpoint, transactions)}))
+        return 0
     states = ", ".join(sorted({t.state.value for t in transactions}))
     print(
         f"view {name}: the rows of checkpoint {args.checkpoint} ({len(transactions)} "
@@ -245,7 +276,7 @@ def _migrate(args: argparse.Namespace) -> int:
     if not has_files(normalize(args.state)):  # before Spark: a wrong path fails fast
         raise TableNotFoundError(f"nothing at {args.state}: pass a job's --state folder")
     plan = migrate_checkpoints(_session(args), args.state, dry_run=args.dry_run)
-    print(plan.summary())
+    print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
     return 0
 
 
@@ -255,7 +286,7 @@ def _migrate_table(args: argparse.Namespace) -> int:
     table = normalize(args.table)
     require_delta_table(table)  # before Spark: a wrong path fails fast
     plan = migrate_table(_session(args), table, dry_run=args.dry_run)
-    print(plan.summary())
+    print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
     return 0
 
 
@@ -434,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sql.add_argument("--master", help="Spark master URL (default local[*])")
     sql.set_defaults(func=_serve)
-    for sub in (status, checkpoints, validate):
+    for sub in (status, checkpoints, validate, metrics, view, *resolve.values()):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (validate, view, *resolve.values()):
         sub.add_argument("--master", help="Spark master URL (default local[*])")
@@ -464,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_table.set_defaults(func=_migrate_table)
     for sub in (migrate, migrate_table):
         sub.add_argument("--dry-run", action="store_true", help="report, change nothing")
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
         sub.add_argument("--master", help="Spark master URL (default local[*])")
     for job, summary in (
         ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),

@@ -1,8 +1,8 @@
 """Vacuum job: remove the rows and files of aborted and expired pending transactions.
 
-lakesink vacuum --table /data/orders [--dry-run] [--json]
-python jobs/vacuum.py --table /data/orders [--dry-run] [--json]
-spark-submit --packages "$(lakesink jars)" jobs/vacuum.py --table /data/orders
+lakesink vacuum /data/orders [--dry-run] [--json]
+python jobs/vacuum.py /data/orders [--dry-run] [--json]
+spark-submit --packages "$(lakesink jars)" jobs/vacuum.py /data/orders
 
 """
 
@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n", 2)[2] + EXIT_CODES + ".",
     )
-    parser.add_argument("--table", required=True, help="the lakesink table's folder")
+    parser.add_argument("table", nargs="?", help="the lakesink table's folder")
+    parser.add_argument(
+        "--table", dest="table_option", metavar="TABLE", help="the same, as an option"
+    )
     parser.add_argument("--journal", help="the journal (default: the one the table records)")
     parser.add_argument(
         "--expire-open-hours",
@@ -90,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--master", help="Spark master URL (default local[*])")
     args = parser.parse_args(argv)  # exits 2 on bad options
+    if (args.table is None) == (args.table_option is None):
+        parser.error("give the table once: lakesink vacuum TABLE (or --table TABLE)")
+    args.table = args.table or args.table_option
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -172,13 +178,23 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def _summary(report: VacuumReport) -> str:
-    verb = "would remove" if report.dry_run else "removed"
+    if report.dry_run:
+        removed, deleted, stay = "would remove", "would delete", "would stay"
+    else:
+        removed, deleted, stay = "removed", "deleted", "stay"
     lines = [
         f"{'DRY RUN: ' if report.dry_run else ''}vacuum of {report.table_path} "
         f"(sink {report.sink_id!r}, retention {report.retain_hours:g} h)",
-        f"{verb} {report.rows_removed} row(s) of {len(report.transactions)} transaction(s), "
-        f"{report.files_removed} file(s), {report.bytes_removed} bytes",
+        f"{removed} {report.rows_removed} row(s) of {len(report.transactions)} "
+        "transaction(s) from the table",
+        f"{deleted} {report.files_removed} file(s) ({report.bytes_removed} bytes) "
+        "unreferenced for longer than the retention",
     ]
+    if report.kept_until is not None:
+        lines.append(
+            f"{report.files_kept} file(s) of the removed rows {stay} for time travel until "
+            f"{report.kept_until:%Y-%m-%d %H:%M} UTC; a vacuum after that deletes them"
+        )
     for txn in report.transactions:
         why = "expired open" if txn.expired else "aborted"
         lines.append(
@@ -190,8 +206,8 @@ def _summary(report: VacuumReport) -> str:
             lines.append(f"  would compact the {part.what}: {part.files_before} file(s)")
         else:
             lines.append(
-                f"  compacted the {part.what}: {part.files_removed} of {part.files_before} "
-                f"file(s) rewritten into {part.files_added}"
+                f"  compacted the {part.what}: {part.files_removed} file(s) rewritten into "
+                f"{part.files_added}"
             )
     for txn_id in report.republished_txn_ids:
         lines.append(

@@ -49,6 +49,7 @@ class SinkStatus:
                 "rows": status.row_count,
                 "last_error": status.last_error,
                 "validation": _summary(status.last_validation),
+                "vacuumed": status.vacuumed,  # its rows are gone from the table
             }
 
         return {

@@ -156,6 +156,10 @@ class VacuumReport:
         files_removed: Data files Delta VACUUM deleted from storage (all of the table's
             files past the retention, not only this run's).
         bytes_removed: Their total size.
+        files_kept: Files of the rows this run removed that stay on storage for time
+            travel until ``kept_until`` (the retention from now); a vacuum after that
+            deletes them. 0 with a zero retention: they went with this run.
+        kept_until: When the retention of those files ends (None when none are kept).
         skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
             them, or (expired ones) their writer still runs or pre-committed them after
             the plan read the journal.
@@ -172,6 +176,8 @@ class VacuumReport:
     rows_removed: int
     files_removed: int
     bytes_removed: int
+    files_kept: int = 0
+    kept_until: datetime | None = None
     skipped_txn_ids: tuple[str, ...] = ()
     compaction: tuple[Compaction, ...] = ()
     republished_txn_ids: tuple[str, ...] = ()
@@ -188,7 +194,9 @@ class VacuumReport:
 
     def as_dict(self) -> dict[str, object]:
         """The report as plain JSON-ready data."""
-        return asdict(self)
+        data = asdict(self)
+        data["kept_until"] = self.kept_until.isoformat() if self.kept_until else None
+        return data
 
 
 def vacuum(
@@ -304,7 +312,7 @@ def plan_vacuum(
         sink_id,
         len(aborted),
         len(expired),
-        expire_open_after,
+        _age(expire_open_after),
     )
     targets, skipped, already = _sorted_out(
         [*aborted, *expired], {s.txn_id for s in expired}, prefix
@@ -443,6 +451,7 @@ def _report(
     dry_run: bool,
 ) -> VacuumReport:
     expired_ids = {s.txn_id for s in plan.expired}
+    kept = 0 if plan.retain_hours == 0 else len(plan.files)
     report = VacuumReport(
         table_path=plan.table_path,
         sink_id=plan.sink_id,
@@ -461,6 +470,8 @@ def _report(
         rows_removed=rows,
         files_removed=files,
         bytes_removed=size,
+        files_kept=kept,
+        kept_until=plan.now + timedelta(hours=plan.retain_hours) if kept else None,
         skipped_txn_ids=plan.skipped_txn_ids,
         compaction=plan.compaction,
         republished_txn_ids=tuple(s.txn_id for s in plan.unpublished),
