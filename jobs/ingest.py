@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from lakesink.cli.exits import EXIT_CODES, EXIT_OK, run_command
+from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
 from lakesink.core import step_hook_from_env
 from lakesink.errors import LakesinkError
@@ -371,4 +370,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

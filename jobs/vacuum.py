@@ -1,8 +1,7 @@
 """Runnable vacuum job (see ``lakesink vacuum --help``): python or spark-submit."""
 
-import sys
-
+from lakesink.cli.exits import exit_process
 from lakesink.cli.vacuum import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -1,7 +1,5 @@
 """``python -m lakesink.cli``: the ``lakesink`` command."""
 
-import sys
+from lakesink.cli import entry
 
-from lakesink.cli.commands import main
-
-sys.exit(main())
+entry()

@@ -9,8 +9,10 @@ later settles it (commits are idempotent): that is "retry later", not "fix the i
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from lakesink.errors import (
     AlreadyRunningError,
@@ -31,6 +33,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SOFTWARE",
     "EXIT_TRY_LATER",
+    "exit_process",
     "exit_status",
     "run_command",
 ]
@@ -72,6 +75,21 @@ def exit_status(error: BaseException) -> int:
         if isinstance(error, kind):
             return status
     return EXIT_SOFTWARE
+
+
+def exit_process(status: int) -> NoReturn:
+    """End a command or job's process with ``status``, once its output is flushed.
+
+    It skips the interpreter's teardown: after a read of a table on S3, delta-rs's
+    object-store client (deltalake 1.6) can abort the process there ("terminate called
+    without an active exception", status 134; delta-io/delta-rs#2184), so a scheduler
+    would see a command that did its work as failed. Nothing lakesink needs runs at exit:
+    the driver JVM ends when this process does (its stdin closes).
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
 
 
 def run_command(name: str, action: Callable[[], int]) -> int:
