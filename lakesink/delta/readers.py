@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.spark.sql import delta_path, quote_identifier, quote_name, string_literal
+from lakesink.storage.location import normalize
 from lakesink.tables.format import COMMITTED_FILTER, HIDDEN_PREFIX, PENDING, VISIBLE, SinkTable
 
 __all__ = [
@@ -27,7 +28,7 @@ def committed(spark: SparkSession, path: str, *, version: int | None = None) -> 
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    table = reader.load(path)
+    table = reader.load(normalize(path))  # a relative path means this process's folder
     user_columns = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
     return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
 
@@ -56,7 +57,7 @@ def committed_stream(spark: SparkSession, path: str, **options: str) -> DataFram
         spark.readStream.format("delta")
         .option("ignoreChanges", "true")
         .options(**options)
-        .load(path)
+        .load(normalize(path))
     )
     user_columns = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
     return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
