@@ -1,9 +1,10 @@
 """The local Spark standalone cluster for the cluster, fault and soak tests, and their tools.
 
-The session-scoped ``spark_cluster`` fixture runs exactly what the README's "Running on a
-cluster" section tells people to run: ``python -m lakesink.testing.cluster start`` (what
-``make cluster-up`` runs), jobs through ``lakesink.testing.cluster.submit_command`` (the README's
-``spark-submit`` line), and ``python -m lakesink.testing.cluster stop`` at the end.
+The session-scoped ``spark_cluster`` fixture runs exactly what the clusters guide's "A
+local standalone cluster" section tells people to run: ``python -m lakesink.testing.cluster
+start`` (what ``make cluster-up`` runs), jobs through
+``lakesink.testing.cluster.submit_command`` (the guide's ``spark-submit`` line), and
+``python -m lakesink.testing.cluster stop`` at the end.
 
 ``SubmittedJob`` watches a running job from outside, as an operator would: the driver's
 REST API (which stages run, on which executors), the step markers the job drops
@@ -247,7 +248,7 @@ def submit_ingest(
     name: str = "ingest",
     storage: StorageOptions | None = None,
 ) -> SubmittedJob:
-    """Start the ingest job on the cluster, as the README says, with an event log and UI."""
+    """Start the ingest job on the cluster, as the clusters guide says, with an event log and UI."""
     events, markers = work / f"{name}-events", work / f"{name}-markers"
     events.mkdir(parents=True, exist_ok=True)
     ui_port = free_port()

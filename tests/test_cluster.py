@@ -2,7 +2,7 @@
 speculation, dead JVMs.
 
 The cluster is a master and two 1-core workers, each its own JVM (``spark_cluster``), and
-the job runs through ``spark-submit`` as the README says, with aggressive speculative
+the job runs through ``spark-submit`` as the clusters guide says, with aggressive speculative
 execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
 a task of micro-batch 1's pre-commit write, an executor while it runs a task of batch 2's
 commit MERGE of the orders sink, and the driver in the middle of batch 2's MERGE of the
@@ -49,7 +49,7 @@ from lakesink.tables.journal import Journal
 from lakesink.testing.cluster import LocalCluster, submit_command
 
 ORDERS, FILES = 30_000, 6  # three micro-batches (0, 1, 2) of two files, 10,000 orders each
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLUSTER_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "clusters.md"
 # The MERGE's stage that writes the flipped rows into new files.
 MERGE_WRITE = stage_is("Writing modified data - MERGE")
 
@@ -121,11 +121,12 @@ def assert_lost_task_retried(events: list[dict], *words: str) -> dict:
     return lost[0]
 
 
-def test_readme_runs_the_cluster_the_way_the_tests_do():
-    """The README's commands are the fixture's: same start command, same spark-submit flags."""
-    text = README.read_text()
-    section = text.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
-    block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+def test_the_guide_runs_the_cluster_the_way_the_tests_do():
+    """The cluster guide's commands are the fixture's: same start command, same spark-submit
+    flags."""
+    text = CLUSTER_GUIDE.read_text()
+    section = text.split("## A local standalone cluster", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```console\n(.*?)```", section, re.S)[0]
     lines = block.replace("\\\n", " ").splitlines()
     assert any("python -m lakesink.testing.cluster start --dir" in line for line in lines)
     assert any("python -m lakesink.testing.cluster stop --dir" in line for line in lines)

@@ -1,5 +1,5 @@
-"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the README's
-DuckDB and polars examples run as written.
+"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the readers
+guide's DuckDB and polars examples run as written.
 
 The table is written by a real sink: two committed checkpoints, one pre-committed but not
 committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
@@ -21,7 +21,7 @@ from lakesink.readers import arrow, committed_dataset
 from lakesink.tables.format import VISIBLE
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
-README = Path(__file__).resolve().parent.parent / "README.md"
+READERS_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "readers.md"
 
 
 @pytest.fixture(scope="module")
@@ -96,17 +96,18 @@ def test_a_table_of_another_format_is_refused(spark, tmp_path):
         arrow(table)
 
 
-def readme_example(engine: str) -> str:
-    """The README's Python example that imports ``engine``."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    (block,) = [b for b in blocks if f"import {engine}" in b and "lakesink.readers" in b]
+def guide_example(engine: str) -> str:
+    """The readers guide's Python example that imports ``engine``."""
+    blocks = re.findall(r"```python\n(.*?)```", READERS_GUIDE.read_text(), re.S)
+    (block,) = [b for b in blocks if f"import {engine}" in b]
     return block
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_the_readme_examples_run(engine, orders, capsys):
+def test_the_guides_examples_read_the_committed_rows(engine, orders, capsys):
     table, _ = orders
-    exec(readme_example(engine).replace('"/data/orders"', repr(str(table))), {})
+    namespace = {"lakesink": __import__("lakesink")}
+    exec(guide_example(engine).replace('"lake/orders"', repr(str(table))), namespace)
     printed = capsys.readouterr().out
     if engine == "duckdb":
         assert printed.strip() == "[(6, 21.0)]"  # orders 1-6 only, their amounts summed
