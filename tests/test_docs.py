@@ -512,21 +512,11 @@ def _built_site(tmp_path: Path) -> Path:
 
 
 def _chromium(arguments: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
-    from tools_fixture import CHROMIUM
+    from tools_fixture import CHROMIUM, QUIET_FLAGS
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: make test installs Debian's chromium package")
-    quiet = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-    ]
+    quiet = [*QUIET_FLAGS, "--hide-scrollbars"]
     return subprocess.run(
         [CHROMIUM, *quiet, f"--user-data-dir={profile}", *arguments],
         capture_output=True,

@@ -20,7 +20,7 @@ PUSHGATEWAY = "/usr/bin/prometheus-pushgateway"
 CHROMIUM = "/usr/bin/chromium"
 # This machine's network is closed: without these, Chromium keeps opening connections
 # that are refused, and looks up Google's hosts at every start.
-_QUIET = [
+QUIET_FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -71,7 +71,13 @@ def page_dom(page: Path, profile: Path) -> str:
     """The DOM of a local HTML page as headless Chromium built it."""
     profile.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        [_installed(CHROMIUM), *_QUIET, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        [
+            _installed(CHROMIUM),
+            *QUIET_FLAGS,
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
