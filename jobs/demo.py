@@ -57,6 +57,7 @@ def main() -> int:
         str(out / "state"),
         "--files-per-checkpoint",
         "4",
+        "--verbose",  # Spark's own output goes to the step's log, with the job's
     ]
     logs = out / "logs"
     generate = [
@@ -82,7 +83,7 @@ def main() -> int:
     if step(title, ingest, logs / "ingest-restart.log") != 0:
         return 1
     for table in (orders, totals):
-        vacuum = [python, str(JOBS / "vacuum.py"), str(table)]
+        vacuum = [python, str(JOBS / "vacuum.py"), str(table), "--verbose"]
         title = f"vacuum {table.name}: remove the rows of aborted transactions"
         if step(title, vacuum, logs / f"vacuum-{table.name}.log") != 0:
             return 1

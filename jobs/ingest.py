@@ -36,6 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
+from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.core import step_hook_from_env
 from lakesink.errors import LakesinkError
 from lakesink.ops.metrics import MetricsExport
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after every batch, push the tables' metrics to this Prometheus Pushgateway "
         "(job label lakesink_<job id>)",
     )
-    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    add_spark_options(parser)
     return parser
 
 
@@ -200,6 +201,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         master=args.master,
         app_name=f"lakesink-{args.job_id}",
         packages=[KAFKA_CONNECTOR] if args.kafka else [],
+        jvm_output=jvm_output(args),
     )
     options = SinkOptions(journal_path=args.journal, commit=args.commit)
     checkpoint_location = join(normalize(args.state), args.job_id)

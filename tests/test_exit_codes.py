@@ -10,6 +10,7 @@ Inputs that are wrong are refused before a JVM starts: those runs take about a s
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -48,14 +49,18 @@ SCRIPT = Path(sys.executable).parent / "lakesink"
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 
 
+IVY_REPORT = ":: resolving dependencies"  # spark-submit's dependency report, on every start
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def lakesink(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
+def lakesink(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [str(SCRIPT), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
 def job(name: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -158,7 +163,7 @@ def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, 
         assert "Traceback" not in result.stderr, what
         # Refused before any JVM: spark-submit's dependency resolution never ran.
         assert "starting Spark" not in result.stderr, what
-        assert ":: resolving dependencies" not in result.stderr, what
+        assert IVY_REPORT not in result.stderr, what
     assert "no Delta table at" in runs["status"].stderr
     assert "checkpoint 1: it is already committed" in runs["commit (committed)"].stderr
     assert "checkpoint 3: it was aborted" in runs["abort (aborted)"].stderr
@@ -180,15 +185,34 @@ def test_a_failed_check_ends_with_1_and_try_later_with_75(tables):
 
 
 @pytest.mark.slow
-def test_a_commit_that_fails_ends_with_75_and_leaves_its_checkpoint_pending(tables):
+def test_a_commit_that_fails_ends_with_75_and_leaves_its_checkpoint_pending(tables, tmp_path):
     from lakesink.ops.status import sink_status
 
+    temp = {**os.environ, "TMPDIR": str(tmp_path)}  # where the JVM's output file goes
     failed = lakesink(
-        "commit", tables["lost"], "--checkpoint", "2", "--yes", "--master", "local[1]"
+        "commit", tables["lost"], "--checkpoint", "2", "--yes", "--master", "local[1]", env=temp
     )
     assert failed.returncode == EXIT_TRY_LATER, failed.stderr[-3000:]
     assert "stays pending" in failed.stderr
     assert [t.checkpoint_id for t in sink_status(tables["lost"]).pending] == [2]
+    # Spark's side of the failure is kept out of the way, in a file the command names.
+    assert IVY_REPORT not in failed.stderr
+    (kept,) = tmp_path.glob("lakesink-spark-*.log")
+    assert f"Spark's own output of this run (or run with --verbose): {kept}" in failed.stderr
+    assert IVY_REPORT in kept.read_text()
+
+
+@pytest.mark.slow
+def test_a_command_shows_sparks_own_output_only_with_verbose(tables, tmp_path):
+    temp = {**os.environ, "TMPDIR": str(tmp_path)}
+    view = ["checkpoint-view", tables["good"], "--checkpoint", "2", "--master", "local[1]"]
+    quiet = lakesink(*view, "--name", "exits_quiet", env=temp)
+    assert quiet.returncode == EXIT_OK, quiet.stderr[-3000:]
+    assert IVY_REPORT not in quiet.stderr and "WARN" not in quiet.stderr
+    assert list(tmp_path.iterdir()) == []  # a run that succeeded leaves no output file
+    verbose = lakesink(*view, "--name", "exits_verbose", "--verbose", env=temp)
+    assert verbose.returncode == EXIT_OK, verbose.stderr[-3000:]
+    assert IVY_REPORT in verbose.stderr
 
 
 def test_an_unexpected_failure_ends_with_70_and_its_trace(tables):

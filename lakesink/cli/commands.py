@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
+from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
@@ -52,7 +53,7 @@ def _session(args: argparse.Namespace):
     from lakesink.spark.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = spark_session(master=args.master, app_name="lakesink-cli")
+    spark = spark_session(master=args.master, app_name="lakesink-cli", jvm_output=jvm_output(args))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -246,7 +247,11 @@ def _serve(args: argparse.Namespace) -> int:
     stop = stop_requested()  # before Spark starts: a signal during the start stops it too
     print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
     options = ServeOptions(
-        host=args.host, port=args.port, tables=tuple(args.table), master=args.master
+        host=args.host,
+        port=args.port,
+        tables=tuple(args.table),
+        master=args.master,
+        jvm_output=jvm_output(args),
     )
     serve(options, stop=stop, ready=lambda url: print(f"serving SQL at {url}", flush=True))
     print("stopped", file=sys.stderr)
@@ -463,12 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a lakesink table whose committed view to serve (repeatable)",
     )
-    sql.add_argument("--master", help="Spark master URL (default local[*])")
     sql.set_defaults(func=_serve)
     for sub in (status, checkpoints, validate, metrics, view, *resolve.values()):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
-    for sub in (validate, view, *resolve.values()):
-        sub.add_argument("--master", help="Spark master URL (default local[*])")
+    for sub in (validate, view, sql, *resolve.values()):
+        add_spark_options(sub)
 
     migrate = commands.add_parser(
         "migrate-checkpoints",
@@ -496,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in (migrate, migrate_table):
         sub.add_argument("--dry-run", action="store_true", help="report, change nothing")
         sub.add_argument("--json", action="store_true", help="machine-readable output")
-        sub.add_argument("--master", help="Spark master URL (default local[*])")
+        add_spark_options(sub)
     for job, summary in (
         ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),
     ):

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from lakesink.cli.spark_output import settle
 from lakesink.errors import (
     AlreadyRunningError,
     AuditFailedError,
@@ -86,6 +87,7 @@ def exit_process(status: int) -> NoReturn:
     would see a command that did its work as failed. Nothing lakesink needs runs at exit:
     the driver JVM ends when this process does (its stdin closes).
     """
+    settle(status)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from lakesink.cli.exits import EXIT_CODES, run_command
+from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import require_delta_table
 from lakesink.storage.location import normalize
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    add_spark_options(parser)
     args = parser.parse_args(argv)  # exits 2 on bad options
     if (args.table is None) == (args.table_option is None):
         parser.error("give the table once: lakesink vacuum TABLE (or --table TABLE)")
@@ -134,7 +135,9 @@ def _run(args: argparse.Namespace) -> VacuumReport:
     from lakesink.ops.vacuum import vacuum
     from lakesink.spark.session import spark_session
 
-    spark = spark_session(master=args.master, app_name="lakesink-vacuum")
+    spark = spark_session(
+        master=args.master, app_name="lakesink-vacuum", jvm_output=jvm_output(args)
+    )
     spark.sparkContext.setLogLevel("WARN")
     context = spark.sparkContext
     if context.master.startswith("local") and not context.getConf().contains(LISTING_PARALLELISM):

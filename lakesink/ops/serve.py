@@ -23,6 +23,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lakesink.errors import ConfigurationError
 from lakesink.storage.location import normalize
@@ -47,12 +48,15 @@ class ServeOptions:
         port: The Thrift port (JDBC URL ``jdbc:hive2://host:port/default``).
         tables: lakesink tables whose committed views to (re)create at start.
         master: Spark master URL (default ``local[*]``).
+        jvm_output: A file for the driver JVM's own output (the server's log); default
+            this process's stdout and stderr.
     """
 
     host: str = "127.0.0.1"
     port: int = 10000
     tables: tuple[str, ...] = ()
     master: str | None = None
+    jvm_output: Path | None = None
 
 
 def delta_class_path() -> str:
@@ -122,6 +126,7 @@ def serve(
         app_name="lakesink-serve",
         conf=conf,
         metastore_dir=own_catalog.name if own_catalog else None,
+        jvm_output=options.jvm_output,
     )
     server = None
     try:

@@ -60,6 +60,7 @@ def spark_session(
     metastore_url: str | None = None,
     packages: Sequence[str] = (),
     storage: StorageOptions | None = None,
+    jvm_output: str | os.PathLike[str] | None = None,
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -92,6 +93,11 @@ def spark_session(
             chain (an instance or pod role). Adds ``hadoop-aws`` and lakesink's log store,
             whose commits on S3 are conditional creates (two writers cannot overwrite
             each other's commit).
+        jvm_output: A file that takes the driver JVM's own console output (Ivy's
+            dependency report, Spark's start-up warnings and log lines), appended to,
+            instead of this process's stdout and stderr. Applies when this call starts the
+            JVM: not under ``spark-submit``, nor for a second session of a process. The
+            ``lakesink`` commands and jobs use it unless ``--verbose``.
 
     Raises:
         ConfigurationError: ``existing`` has no Delta extension or catalog; or both
@@ -165,7 +171,7 @@ def spark_session(
         builder = builder.config(key, value)
     builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        _launch_driver_jvm(builder)
+        _launch_driver_jvm(builder, jvm_output)
     with _callers_sigint_kept():
         session = builder.getOrCreate()
     _check_delta(session)
@@ -173,7 +179,9 @@ def spark_session(
     return session
 
 
-def _launch_driver_jvm(builder: SparkSession.Builder) -> None:
+def _launch_driver_jvm(
+    builder: SparkSession.Builder, output: str | os.PathLike[str] | None
+) -> None:
     """Start the driver JVM, with the builder's settings, in a session of its own.
 
     A signal sent to the whole process group (``kill -- -PGID``, a terminal's Ctrl-C, a
@@ -192,7 +200,13 @@ def _launch_driver_jvm(builder: SparkSession.Builder) -> None:
     conf = SparkConf()
     for key, value in settings.items():
         conf.set(key, str(value))
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    popen: dict[str, object] = {"start_new_session": True}
+    if output is None:
+        gateway = launch_gateway(conf, popen_kwargs=popen)
+    else:
+        # The JVM holds its own descriptor of the file; this one can close at once.
+        with open(output, "ab") as sink:
+            gateway = launch_gateway(conf, popen_kwargs={**popen, "stdout": sink, "stderr": sink})
     SparkContext._ensure_initialized(gateway=gateway)
 
 

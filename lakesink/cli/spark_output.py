@@ -1,0 +1,55 @@
+"""Spark's own console output, kept out of a command's way unless ``--verbose``.
+
+The driver JVM prints Ivy's dependency report (about 40 lines on every start), start-up
+warnings and its log lines to the terminal, before and between the few lines a command
+means to say. A command that starts Spark sends them to a file instead; after a failure
+the command names that file (it holds the JVM's side of the story), after success it
+deletes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["add_spark_options", "jvm_output", "settle"]
+
+# The files this process's commands opened, settled once when it exits.
+_files: list[Path] = []
+
+
+def add_spark_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that starts Spark: where it runs, and what it shows."""
+    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show Spark's own output (Ivy's dependency report, start-up warnings, its log "
+        "lines) here; without it, it goes to a file that a failed run names",
+    )
+
+
+def jvm_output(args: argparse.Namespace) -> Path | None:
+    """Where the driver JVM of this command prints: None (this terminal) with --verbose."""
+    if args.verbose:
+        return None
+    handle, name = tempfile.mkstemp(prefix="lakesink-spark-", suffix=".log")
+    os.close(handle)
+    _files.append(Path(name))
+    return Path(name)
+
+
+def settle(status: int) -> None:
+    """Delete the output of a run that succeeded; name the output of one that did not."""
+    for path in _files:
+        if status == 0 or not path.exists() or path.stat().st_size == 0:
+            path.unlink(missing_ok=True)
+        else:
+            print(
+                f"Spark's own output of this run (or run with --verbose): {path}", file=sys.stderr
+            )
+    _files.clear()
