@@ -187,8 +187,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
     # A hook at each protocol step, named by $LAKESINK_STEP_HOOK: the crash tests, the
     # cluster fault tests and the demo kill or hold the job at a step through it. Made
-    # before Spark starts, so that a malformed spec fails at once.
-    step_hook = step_hook_from_env()
+    # before Spark starts, so that a malformed spec fails at once; the sinks take it.
+    step_hook_from_env()
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )
@@ -236,19 +236,17 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                 schema=ORDERS_SCHEMA,
                 options=options,
                 validation=gate,
-                step_hook=step_hook,
             )
         }
         if args.totals_table:
             sinks["totals"] = DeltaSink(
-                spark, args.totals_table, schema=TOTALS_SCHEMA, options=options, step_hook=step_hook
+                spark, args.totals_table, schema=TOTALS_SCHEMA, options=options
             )
-        with StreamingSink(
+        with StreamingSink.for_sinks(
             spark,
+            sinks,
             checkpoint_location=checkpoint_location,
-            sinks=sinks,
             process=process,
-            step_hook=step_hook,
             metrics=metrics,
         ) as sink:
             writer = stream.writeStream.foreachBatch(sink).queryName(args.job_id)

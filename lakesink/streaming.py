@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import StructType
 
-from lakesink.core import StepHook
+from lakesink.core import current_step_hook
 from lakesink.core.microbatch import MicroBatchDriver
 from lakesink.delta.sink import DeltaSink, SinkOptions
 from lakesink.errors import ConfigurationError
@@ -47,71 +47,99 @@ Process = Callable[[DataFrame, Mapping[str, DeltaSink]], None]
 class StreamingSink:
     """An exactly-once ``foreachBatch`` sink into one lakesink table, or several at once.
 
-    One table: give its ``path`` (and ``schema`` to create it), and ``DeltaSink`` options
-    (``validation``, ``timeout``, ``writer_id``, ...) as keywords or ``options``. Several
-    tables committed together per batch: give ``sinks`` (``DeltaSink`` objects, not
-    started, by name) and ``process``, which writes a batch into them; a validation
-    failure in one holds or aborts the batch in all.
+    One table: ``StreamingSink(spark, path, checkpoint_location=..., schema=...)``, with
+    ``DeltaSink`` options (``validation``, ``timeout``, ``writer_id``, ...) as keywords or
+    ``options``. Several tables committed together per batch:
+    ``StreamingSink.for_sinks(spark, sinks, process=..., checkpoint_location=...)``.
 
     Creating it recovers every sink from the query's commit log: batches Spark recorded
     are committed, others aborted (Spark runs them again).
 
     Args:
         spark: A Delta-ready session (``lakesink.spark_session()``).
-        path: The one table's folder.
+        path: The table's folder.
         checkpoint_location: The query's ``checkpointLocation``, the same string.
-        schema: The one table's user columns.
-        sinks: Several tables' sinks, by name (instead of ``path``).
-        process: Writes a batch into ``sinks``: ``process(batch_df, sinks)``.
+        schema: The table's user columns (required to create it).
         listen: Commit a batch as soon as Spark reports it done (a listener); without it,
             a batch is committed when the next one starts or the ``with`` block ends.
-        step_hook: Called with a step name and the batch id (fault-injection tests).
         metrics: Where to send the sinks' metrics (``lakesink.ops.metrics``) after each
             batch's pre-commit and each commit; a failure to send is logged, never raised.
-        options: The one table's ``SinkOptions``; ``**fields`` set them one by one.
+        options: The table's ``SinkOptions``; ``**fields`` set them one by one.
 
     Raises:
-        ConfigurationError: ``path`` and ``sinks`` both or neither given, several sinks
-            without ``process``, or a checkpoint location that is behind the sinks'
-            journals (deleted or replaced: its batch ids would be used twice).
+        ConfigurationError: A bad sink option, or a checkpoint location that is behind the
+            sinks' journals (deleted or replaced: its batch ids would be used twice).
     """
 
     def __init__(
         self,
         spark: SparkSession,
-        path: str | None = None,
+        path: str,
         *,
         checkpoint_location: str,
         schema: StructType | str | None = None,
-        sinks: Mapping[str, DeltaSink] | None = None,
-        process: Process | None = None,
         listen: bool = True,
-        step_hook: StepHook | None = None,
         metrics: MetricsExport | None = None,
         options: SinkOptions | None = None,
         **fields: Any,
     ) -> None:
-        if (path is None) == (sinks is None):
+        if "sinks" in fields or "process" in fields:
             raise ConfigurationError(
-                "give a StreamingSink either a table path or sinks= (several tables), not "
-                f"{'both' if path else 'neither'}"
+                "sinks= and process= make a sink of several tables: use "
+                "StreamingSink.for_sinks(spark, sinks, process=..., checkpoint_location=...)"
             )
-        if path is not None:
-            one = DeltaSink(
-                spark, path, schema=schema, options=options, step_hook=step_hook, **fields
-            )
-            sinks = {one.sink_id: one}
-        elif schema is not None or options is not None or fields:
-            raise ConfigurationError(
-                "schema=, options= and sink options belong to the DeltaSinks given as "
-                "sinks=; set them there"
-            )
-        assert sinks is not None
+        one = DeltaSink(spark, path, schema=schema, options=options, **fields)
+        self._start(spark, {one.sink_id: one}, checkpoint_location, None, listen, metrics)
+
+    @classmethod
+    def for_sinks(
+        cls,
+        spark: SparkSession,
+        sinks: Mapping[str, DeltaSink],
+        *,
+        checkpoint_location: str,
+        process: Process | None = None,
+        listen: bool = True,
+        metrics: MetricsExport | None = None,
+    ) -> StreamingSink:
+        """A sink that writes each batch into several tables and commits them together.
+
+        A validation failure in one holds or aborts the batch in all.
+
+        Args:
+            spark: A Delta-ready session.
+            sinks: The tables' ``DeltaSink`` objects, not started, by name.
+            checkpoint_location: The query's ``checkpointLocation``, the same string.
+            process: Writes a batch into them: ``process(batch_df, sinks)``; required
+                with more than one sink.
+            listen: As for one table.
+            metrics: As for one table.
+
+        Raises:
+            ConfigurationError: No sinks, several without ``process``, or a checkpoint
+                location behind the sinks' journals.
+        """
+        if not sinks:
+            raise ConfigurationError("StreamingSink.for_sinks needs at least one sink")
         if process is None and len(sinks) > 1:
             raise ConfigurationError(
                 f"{len(sinks)} sinks ({', '.join(sinks)}) need process=, a function that "
                 "writes each batch into them"
             )
+        self = cls.__new__(cls)
+        self._start(spark, sinks, checkpoint_location, process, listen, metrics)
+        return self
+
+    def _start(
+        self,
+        spark: SparkSession,
+        sinks: Mapping[str, DeltaSink],
+        checkpoint_location: str,
+        process: Process | None,
+        listen: bool,
+        metrics: MetricsExport | None,
+    ) -> None:
+        """What both constructors do: recover the sinks from the query's commit log."""
         self.spark = spark
         self.checkpoint_location = checkpoint_location
         self._process = process or _write_to_the_only_sink
@@ -119,7 +147,7 @@ class StreamingSink:
             sinks,
             recorded=lambda: recorded_batch(spark, checkpoint_location),
             where=checkpoint_location,
-            step_hook=step_hook,
+            step_hook=current_step_hook(),
         )
         self._metrics = metrics if metrics is not None and metrics.enabled else None
         self._committer: _Committer | None = _Committer(self) if listen else None

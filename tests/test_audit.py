@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from lakesink.core import TxnState
+from lakesink.core import TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import CommitError, TableNotFoundError
 from lakesink.ops.audit import (
@@ -127,16 +127,16 @@ def build_audited_table(spark, path: Path) -> Story:
 
     def open_sink(writer: str, policy: str | None = None) -> DeltaSink:
         gate = ValidationGate.from_file(suite, policy=policy) if policy else None
-        return DeltaSink.open(
-            spark,
-            str(path),
-            schema=SCHEMA,
-            writer_id=writer,
-            view_name=f"audit_{path.name}",
-            validation=gate,
-            clock=clock,
-            step_hook=hook,
-        )
+        with step_hook(hook):
+            return DeltaSink.open(
+                spark,
+                str(path),
+                schema=SCHEMA,
+                writer_id=writer,
+                view_name=f"audit_{path.name}",
+                validation=gate,
+                clock=clock,
+            )
 
     def write(sink: DeltaSink, rows: list[tuple], at: float) -> None:
         clock.at(at)

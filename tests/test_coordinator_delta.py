@@ -17,7 +17,7 @@ from pathlib import Path
 from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink import committed
 from lakesink.cli import main
-from lakesink.core import CheckpointCoordinator, Pacing, TxnState
+from lakesink.core import CheckpointCoordinator, Pacing, TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
 from lakesink.sources.landing import LandingFolder
 from lakesink.tables.checkpoints import DeltaCheckpointStore
@@ -45,7 +45,8 @@ def run_job(spark, work: Path, crash_at: tuple[str, int] | None = None) -> None:
         sinks["orders"].write(orders)
         return orders.count()
 
-    job = CheckpointCoordinator(store, job_id="landing", sinks=sinks, step_hook=hook)
+    with step_hook(hook):
+        job = CheckpointCoordinator(store, job_id="landing", sinks=sinks)
     try:
         job.run(source, process, pacing=Pacing(max_items=1))
     except Crash:

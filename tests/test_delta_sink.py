@@ -7,12 +7,13 @@ import re
 import threading
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from lakesink import committed
-from lakesink.core import TransactionTimeout, TxnState
+from lakesink.core import TransactionTimeout, TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import (
     AlreadyRunningError,
@@ -71,10 +72,12 @@ def table(tmp_path) -> Path:
     return tmp_path / "orders"
 
 
-def open_sink(spark, table, **options) -> DeltaSink:
+def open_sink(spark, table, *, hook=None, **options) -> DeltaSink:
+    """Open a sink on ``table``; ``hook`` sees its protocol steps (fault injection)."""
     options.setdefault("schema", SCHEMA)
     options.setdefault("view_name", f"v_{table.parent.name}")
-    return DeltaSink.open(spark, str(table), **options)
+    with step_hook(hook) if hook else nullcontext():
+        return DeltaSink.open(spark, str(table), **options)
 
 
 def test_rows_are_visible_only_after_the_commit(spark, table, commit):
@@ -140,7 +143,7 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
         if step == "before_flip":
             raise RuntimeError("MERGE unavailable")
 
-    sink = open_sink(spark, table, step_hook=fail_flip, **options)
+    sink = open_sink(spark, table, hook=fail_flip, **options)
     sink.write(rows(spark, [1]))
     checkpoint = sink.checkpoint()
     with pytest.raises(CommitError, match="MERGE unavailable"):
@@ -148,10 +151,10 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
     assert visible_ids(spark, table) == []
 
     with pytest.raises(CommitError, match="MERGE unavailable"):  # within the timeout: raised
-        open_sink(spark, table, step_hook=fail_flip, **options)
+        open_sink(spark, table, hook=fail_flip, **options)
 
     clock.now_ms += 60_001
-    recovered = open_sink(spark, table, step_hook=fail_flip, **options)  # past it: logged
+    recovered = open_sink(spark, table, hook=fail_flip, **options)  # past it: logged
     assert visible_ids(spark, table) == []
     assert states(recovered)[checkpoint] == {"pre_committed"}
     recovered.close()
@@ -177,7 +180,7 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
         if step == crash_at and checkpoint_id == 2:
             raise Crash(step)
 
-    sink = open_sink(spark, table, step_hook=crash, commit=commit)
+    sink = open_sink(spark, table, hook=crash, commit=commit)
     sink.write(rows(spark, [1, 2]))
     sink.notify_checkpoint_complete(sink.checkpoint())
     with pytest.raises(Crash):
@@ -214,7 +217,7 @@ def test_a_retried_append_is_skipped_by_delta(spark, table):
             failures.append(step)
             raise OSError("connection reset after the commit")
 
-    sink = open_sink(spark, table, step_hook=lose_the_reply)
+    sink = open_sink(spark, table, hook=lose_the_reply)
     sink.write(rows(spark, [1, 2, 3]))
 
     assert failures == ["after_append"]

@@ -142,7 +142,7 @@ def test_two_tables_are_committed_together_and_a_failed_validation_aborts_the_ba
 
     chk = str(tmp_path / "chk")
     stream_df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
-    with StreamingSink(spark, checkpoint_location=chk, sinks=sinks, process=process) as sink:
+    with StreamingSink.for_sinks(spark, sinks, checkpoint_location=chk, process=process) as sink:
         stream_df.writeStream.foreachBatch(sink).option("checkpointLocation", chk).trigger(
             availableNow=True
         ).start().awaitTermination()

@@ -20,7 +20,7 @@ from tools_fixture import page_dom
 
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
-from lakesink.core import CheckpointCoordinator, TxnState
+from lakesink.core import CheckpointCoordinator, TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ValidationSuiteError
 from lakesink.ops.resolve import resolve_checkpoint, revalidate_checkpoint
@@ -198,7 +198,8 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
 
     store = DeltaCheckpointStore(spark, state)
     sink = DeltaSink(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine"))
-    coordinator = CheckpointCoordinator(store, job_id="j", sinks={"orders": sink}, step_hook=crash)
+    with step_hook(crash):
+        coordinator = CheckpointCoordinator(store, job_id="j", sinks={"orders": sink})
     sink.write(orders(spark, [1], amount=-1.0))
     with pytest.raises(Crash):
         coordinator.checkpoint(coordinator.position)

@@ -20,6 +20,8 @@ from lakesink.core.state import (
     TransactionHolder,
     TransactionLog,
     TxnState,
+    current_step_hook,
+    step_hook,
     step_hook_from_env,
 )
 
@@ -45,6 +47,8 @@ __all__ = [
     "TransactionTimeout",
     "TwoPhaseCommitSink",
     "TxnState",
+    "current_step_hook",
     "plan",
+    "step_hook",
     "step_hook_from_env",
 ]

@@ -27,7 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
-from lakesink.core.state import SinkState, StepHook
+from lakesink.core.state import SinkState, current_step_hook
 from lakesink.errors import ConfigurationError, ProtocolError
 
 __all__ = [
@@ -148,7 +148,6 @@ class CheckpointCoordinator(Generic[DataT]):
         job_id: Names the job in the store.
         sinks: The job's sinks, by the key their state is recorded under (keep it stable
             across runs: a sink whose key changed is restored to nothing).
-        step_hook: Called with a step name and checkpoint id (observability, fault tests).
         clock: Where ``run`` reads the time.
     """
 
@@ -158,7 +157,6 @@ class CheckpointCoordinator(Generic[DataT]):
         *,
         job_id: str,
         sinks: Mapping[str, TwoPhaseCommitSink[Any, DataT]],
-        step_hook: StepHook | None = None,
         clock: Clock | None = None,
     ) -> None:
         if not job_id:
@@ -168,7 +166,7 @@ class CheckpointCoordinator(Generic[DataT]):
         self.store = store
         self.job_id = job_id
         self.sinks = dict(sinks)
-        self._step_hook = step_hook
+        self._step_hook = current_step_hook()  # a test's fault injection, else none
         self._clock = clock or SystemClock()
         self._broken: str | None = None
         # One live process per job: a second one would consume the same input twice.

@@ -43,12 +43,12 @@ from pyspark.sql.types import StructType
 from lakesink.core import (
     Clock,
     LoggedTransaction,
-    StepHook,
     TransactionHolder,
     TransactionLog,
     TransactionTimeout,
     TwoPhaseCommitSink,
     TxnState,
+    current_step_hook,
 )
 from lakesink.delta.publish import check_partition_types, check_publishable, publish
 from lakesink.delta.readers import create_committed_view, pending_rows
@@ -96,7 +96,8 @@ from lakesink.tables.format import (
 from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
 
 if TYPE_CHECKING:
-    from lakesink.spark.validation import ValidationGate, ValidationReport
+    from lakesink.core.validation import ValidationReport
+    from lakesink.spark.validation import ValidationGate
 
 __all__ = [
     "COMMIT_MODES",
@@ -196,8 +197,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         schema: The user columns. Required to create the table; checked against an
             existing one (a DDL string or a ``StructType``).
         options: Naming, journal, validation, retries, timeout (``SinkOptions``).
-        step_hook: Called with a step name and the checkpoint id at each protocol step
-            (for observability and fault-injection tests).
         clock: Where transaction ages and journal times come from.
         **fields: ``SinkOptions`` fields, instead of or over ``options``.
     """
@@ -211,7 +210,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         *,
         schema: StructType | str | None = None,
         options: SinkOptions | None = None,
-        step_hook: StepHook | None = None,
         clock: Clock | None = None,
         **fields: Any,
     ) -> None:
@@ -253,7 +251,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 if options.commit == "metadata":  # refused before a table is made
                     types = {f.name: f.dataType.simpleString() for f in self._given_schema}
                     check_partition_types(self.path, {c: types[c] for c in options.partition_by})
-        self._step_hook = step_hook
+        self._step_hook = current_step_hook()  # a test's fault injection, else none
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock (a lease on object storage) is hidden from
         # Delta by its leading underscore.

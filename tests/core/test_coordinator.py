@@ -10,10 +10,11 @@ every sink, and the ids in the records, the sinks' logs and the restored sinks a
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
 
 import pytest
 
-from lakesink.core import CheckpointCoordinator, Pacing, TxnState
+from lakesink.core import CheckpointCoordinator, Pacing, TxnState, step_hook
 from lakesink.errors import (
     AlreadyRunningError,
     CommitError,
@@ -51,16 +52,15 @@ class Job:
         self.store = MemoryCheckpointStore()
         self.tables = {key: MemoryStore() for key in SINKS}
 
-    def start(self, *, verdicts=None, step_hook=None, clock=None) -> CheckpointCoordinator:
+    def start(self, *, verdicts=None, hook=None, clock=None) -> CheckpointCoordinator:
         sinks = {
             key: MemorySink(
                 self.tables[key], name=key, logged=True, verdicts=(verdicts or {}).get(key)
             )
             for key in SINKS
         }
-        return CheckpointCoordinator(
-            self.store, job_id="job", sinks=sinks, step_hook=step_hook, clock=clock
-        )
+        with step_hook(hook) if hook else nullcontext():
+            return CheckpointCoordinator(self.store, job_id="job", sinks=sinks, clock=clock)
 
     def die(self, coordinator: CheckpointCoordinator) -> None:
         """The process is gone: nothing is closed, its lock is free."""
@@ -98,7 +98,7 @@ def test_one_checkpoint_id_in_every_sink_the_record_and_the_logs():
 def test_a_crash_before_the_record_aborts_the_attempt_and_never_reuses_its_id():
     job = Job()
     source = MemorySource(["a", "b", "c", "d"])
-    coordinator = job.start(step_hook=crash_at("after_pre_commit", 2))
+    coordinator = job.start(hook=crash_at("after_pre_commit", 2))
     with pytest.raises(Crash):
         coordinator.run(
             source, lambda items: write_all(coordinator, items), pacing=Pacing(max_items=2)
@@ -122,7 +122,7 @@ def test_a_crash_before_the_record_aborts_the_attempt_and_never_reuses_its_id():
 
 def test_a_crash_between_the_record_and_the_commits_is_committed_on_restart():
     job = Job()
-    coordinator = job.start(step_hook=crash_at("after_record", 1))
+    coordinator = job.start(hook=crash_at("after_record", 1))
     write_all(coordinator, ["a"])
     with pytest.raises(Crash):
         coordinator.checkpoint('"after a"', items=("a",))
