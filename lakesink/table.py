@@ -36,10 +36,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from lakesink.core.validation import ValidationReport
     from lakesink.ops.audit import AuditReport
     from lakesink.ops.status import SinkStatus
     from lakesink.ops.vacuum import VacuumReport
-    from lakesink.spark.validation import ValidationGate, ValidationReport
+    from lakesink.spark.validation import ValidationGate
 
 __all__ = ["Checkpoint", "Table"]
 

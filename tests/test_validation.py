@@ -20,8 +20,9 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
+from lakesink.core.validation import FailedExpectation, ValidationReport
 from lakesink.errors import ValidationSuiteError
-from lakesink.spark.validation import FailedExpectation, ValidationGate, ValidationReport
+from lakesink.spark.validation import ValidationGate
 
 SUITES = Path(__file__).resolve().parent / "data" / "suites"
 ORDERS_SUITE = SUITES / "orders_quality.json"

@@ -66,7 +66,7 @@ def _status(args: argparse.Namespace) -> int:
     reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
     if args.report:
-        from lakesink.spark.validation import ValidationReport
+        from lakesink.core.validation import ValidationReport
 
         for status in statuses:
             held = [

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
+from lakesink.core.validation import ValidationReport
 from lakesink.errors import AuditFailedError, LakesinkError
 from lakesink.storage.location import normalize
 from lakesink.tables.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
@@ -616,8 +617,6 @@ def _first_versions(history: Sequence[HistoryEntry], operation: str) -> dict[str
 
 
 def _failures(row: Any) -> list[ValidationFailure]:
-    from lakesink.spark.validation import ValidationReport
-
     def failure(**what: Any) -> ValidationFailure:
         return ValidationFailure(
             checkpoint_id=row.checkpoint_id,

@@ -19,7 +19,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakesink.spark.validation import ValidationReport, import_gx
+from lakesink.core.validation import ValidationReport
+from lakesink.spark.validation import import_gx
 
 if TYPE_CHECKING:
     from lakesink.tables.journal import TransactionStatus

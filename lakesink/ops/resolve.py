@@ -25,7 +25,8 @@ from lakesink.tables.format import read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
 
 if TYPE_CHECKING:
-    from lakesink.spark.validation import ValidationGate, ValidationReport
+    from lakesink.core.validation import ValidationReport
+    from lakesink.spark.validation import ValidationGate
 
 __all__ = [
     "create_checkpoint_view",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lakesink.core import TxnState
+from lakesink.core.validation import ValidationReport
 from lakesink.storage.location import normalize
 from lakesink.tables.checkpoints import checkpoints_path, read_history
 from lakesink.tables.deltars import read_sink_table_log
@@ -98,6 +99,4 @@ def job_status(state_dir: str, job_id: str) -> dict:
 def _summary(report_json: str | None) -> str | None:
     if report_json is None:
         return None
-    from lakesink.spark.validation import ValidationReport  # Great Expectations loads slowly
-
     return ValidationReport.from_json(report_json).summary()

@@ -24,14 +24,22 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
+from lakesink.core.validation import (
+    POLICIES,
+    FailedExpectation,
+    Policy,
+    ValidationReport,
+    named_columns,
+    subject,
+)
 from lakesink.errors import ValidationSuiteError
 
 if TYPE_CHECKING:
@@ -41,129 +49,16 @@ if TYPE_CHECKING:
         ExpectationConfiguration,
     )
 
-__all__ = [
-    "POLICIES",
-    "FailedExpectation",
-    "Policy",
-    "ValidationGate",
-    "ValidationReport",
-]
+__all__ = ["ValidationGate", "import_gx"]
 
 log = logging.getLogger(__name__)
 
-Policy = Literal["abort", "quarantine", "warn"]
-POLICIES: tuple[Policy, ...] = get_args(Policy)
 
 # Reports are journaled for every checkpoint: keep each one small.
 _MAX_ITEMS = 10
 _MAX_TEXT = 300
 # SUMMARY gives counts and a few unexpected values; COMPLETE would collect every bad row.
 _RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": _MAX_ITEMS}
-# The kwargs through which GX expectations name the columns they read.
-_COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list", "column_set")
-
-
-@dataclass(frozen=True, kw_only=True)
-class FailedExpectation:
-    """One expectation the rows did not meet.
-
-    Attributes:
-        expectation: The expectation type, e.g. ``expect_column_values_to_not_be_null``.
-        column: The column it is about, if it names a single one.
-        kwargs: The expectation's configuration, JSON-ready.
-        observed: What GX reported (observed value, unexpected count and percent, a few
-            unexpected values), JSON-ready, every list cut to 10 items.
-    """
-
-    expectation: str
-    column: str | None
-    kwargs: Mapping[str, object]
-    observed: Mapping[str, object]
-
-    def summary(self) -> str:
-        """A few words on what was wrong, e.g. ``amount min 0.0 < 0.01``."""
-        subject = _subject(self.kwargs)
-        metric, _, predicate = self.expectation.removeprefix("expect_").partition("_to_")
-        value = self.observed.get("observed_value")
-        if value is not None:
-            label = metric.removeprefix("column_").removeprefix("table_").replace("_", " ")
-            return f"{subject} {label} {value}{_outside(value, self.kwargs)}"
-        count = self.observed.get("unexpected_count")
-        if isinstance(count, int):
-            if predicate == "not_be_null":
-                return f"{subject} {_plural(count, 'null')}"
-            fail = "row fails" if count == 1 else "rows fail"
-            bounds = f" {_interval(self.kwargs)}" if _has_bounds(self.kwargs) else ""
-            return f"{subject} {count} {fail} to {predicate.replace('_', ' ')}{bounds}"
-        return f"{subject} failed {self.expectation}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ValidationReport:
-    """What one run of a suite found in one set of rows.
-
-    Attributes:
-        suite: The suite's name.
-        policy: The gate's policy, for whoever acts on the report.
-        success: Every expectation was met and nothing raised.
-        rows: Rows validated (0 if the run failed before they were counted).
-        evaluated: Expectations evaluated.
-        failed: The expectations that were not met.
-        duration_s: Wall time of the run, in seconds.
-        error: Set when GX or Spark raised during the run (type and message); ``success``
-            is then false.
-        result: GX's whole validation result (``ExpectationSuiteValidationResult`` as
-            JSON: every expectation with its observed values), which Data Docs render
-            (``lakesink.ops.reports``); None when the run did not finish.
-    """
-
-    suite: str
-    policy: Policy
-    success: bool
-    rows: int
-    evaluated: int
-    failed: tuple[FailedExpectation, ...]
-    duration_s: float
-    error: str | None = None
-    result: Mapping[str, object] | None = None
-
-    def to_json(self) -> str:
-        """Compact JSON with sorted keys: the string the journal stores."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> ValidationReport:
-        """The report :meth:`to_json` wrote.
-
-        Raises:
-            ValueError: ``text`` is not JSON (``json.JSONDecodeError``).
-            TypeError: The JSON is not a report's fields.
-        """
-        data = json.loads(text)
-        failed = tuple(FailedExpectation(**item) for item in data.pop("failed"))
-        return cls(failed=failed, **data)
-
-    def summary(self) -> str:
-        """One line for logs and ``lakesink status``.
-
-        ``suite orders_quality failed 2 of 5 expectations on 1000 rows: amount min 0.0 <
-        0.01; customer 3 nulls``, ``suite orders_quality passed 5 expectations on 1000
-        rows``, or ``suite orders_quality error: ...``.
-        """
-        parts = []
-        if self.error is not None:
-            parts.append(f"error: {self.error}")
-        if self.failed:
-            details = "; ".join(failure.summary() for failure in self.failed)
-            parts.append(
-                f"failed {len(self.failed)} of {self.evaluated} expectations on "
-                f"{_plural(self.rows, 'row')}: {details}"
-            )
-        if not parts:
-            parts.append(
-                f"passed {_plural(self.evaluated, 'expectation')} on {_plural(self.rows, 'row')}"
-            )
-        return f"suite {self.suite} " + "; ".join(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,7 +197,7 @@ class ValidationGate:
             kwargs = _json_ready({k: v for k, v in config.kwargs.items() if k != "batch_id"})
             raised = _raised(outcome.exception_info)
             if raised:
-                errors.append(f"{config.type} on {_subject(kwargs)}: {'; '.join(raised)}")
+                errors.append(f"{config.type} on {subject(kwargs)}: {'; '.join(raised)}")
             elif not outcome.success:
                 failed.append(
                     FailedExpectation(
@@ -508,20 +403,9 @@ def _small(value: object) -> object:
     return value
 
 
-def _named_columns(kwargs: Mapping[str, object]) -> list[str]:
-    names: list[str] = []
-    for key in _COLUMN_KWARGS:
-        value = kwargs.get(key)
-        if isinstance(value, str):
-            names.append(value)
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            names.extend(str(name) for name in value)
-    return names
-
-
 def _read_columns(kwargs: Mapping[str, object]) -> list[str]:
     """Every column an expectation reads: the ones it is about and its row condition's."""
-    return [*_named_columns(kwargs), *_condition_columns(kwargs.get("row_condition"))]
+    return [*named_columns(kwargs), *_condition_columns(kwargs.get("row_condition"))]
 
 
 def _condition_columns(condition: object) -> list[str]:
@@ -533,38 +417,3 @@ def _condition_columns(condition: object) -> list[str]:
     for inner in condition.get("conditions") or []:
         names.extend(_condition_columns(inner))
     return names
-
-
-def _subject(kwargs: Mapping[str, object]) -> str:
-    return ", ".join(_named_columns(kwargs)) or "table"
-
-
-def _has_bounds(kwargs: Mapping[str, object]) -> bool:
-    return kwargs.get("min_value") is not None or kwargs.get("max_value") is not None
-
-
-def _interval(kwargs: Mapping[str, object]) -> str:
-    low, high = kwargs.get("min_value"), kwargs.get("max_value")
-    return f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
-
-
-def _outside(value: object, kwargs: Mapping[str, object]) -> str:
-    """How an observed value misses the expectation's bounds, e.g. `` < 0.01``."""
-    if "value" in kwargs:
-        return f" != {kwargs['value']}"
-    if not _has_bounds(kwargs):
-        return ""
-    low, high = kwargs.get("min_value"), kwargs.get("max_value")
-    if _is_number(value) and _is_number(low) and value < low:  # type: ignore[operator]
-        return f" < {low}"
-    if _is_number(value) and _is_number(high) and value > high:  # type: ignore[operator]
-        return f" > {high}"
-    return f" not in {_interval(kwargs)}"
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
