@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check lakesink jobs tests benchmarks
 	$(BIN)/ruff format --check lakesink jobs tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/mypy --strict lakesink
 
 format: $(STAMP)
 	$(BIN)/ruff format lakesink jobs tests benchmarks

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from lakesink.errors import ConfigurationError
 
@@ -175,7 +176,9 @@ def stop_daemon(pid_file: Path, *, timeout: float, what: str) -> bool:
     return True
 
 
-def daemon_state(directory: str | Path, state_file: str, *, what: str, module: str) -> dict:
+def daemon_state(
+    directory: str | Path, state_file: str, *, what: str, module: str
+) -> dict[str, Any]:
     """What a test daemon (``python -m module start --dir``) recorded in its state file.
 
     Raises:
@@ -187,7 +190,7 @@ def daemon_state(directory: str | Path, state_file: str, *, what: str, module: s
             f"no {what} was started from {state.parent}; start one: "
             f"python -m {module} start --dir {state.parent}"
         )
-    return json.loads(state.read_text())
+    return cast(dict[str, Any], json.loads(state.read_text()))
 
 
 def stop_recorded_daemon(

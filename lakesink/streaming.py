@@ -27,7 +27,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+
+# pyspark.sql.streaming re-exports it without listing it in __all__.
+from pyspark.sql.streaming import StreamingQueryListener  # type: ignore[attr-defined]
 from pyspark.sql.types import StructType
 
 from lakesink.core import current_step_hook
@@ -214,9 +216,9 @@ def _check_is_the_querys(spark: SparkSession, checkpoint_location: str, batch_id
 
 def _list(spark: SparkSession, folder: str) -> list[str]:
     """File names in a folder of any Hadoop file system ([] if it does not exist)."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(folder)
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(folder)  # type: ignore[union-attr]  # None: no JVM yet
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
     if not fs.exists(path):
         return []
     return [status.getPath().getName() for status in fs.listStatus(path)]

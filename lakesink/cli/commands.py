@@ -7,7 +7,9 @@ import dataclasses
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, cast
 
 from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
@@ -15,6 +17,12 @@ from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.core.validation import ValidationReport
+    from lakesink.tables.journal import TransactionStatus
 
 __all__ = ["main"]
 
@@ -49,7 +57,7 @@ def _metastore(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED
 
 
-def _session(args: argparse.Namespace):
+def _session(args: argparse.Namespace) -> SparkSession:
     from lakesink.spark.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
@@ -185,7 +193,9 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_json(checkpoint_id: int, transactions: list) -> dict:
+def _checkpoint_json(
+    checkpoint_id: int, transactions: Sequence[TransactionStatus]
+) -> dict[str, Any]:
     return {
         "checkpoint_id": checkpoint_id,
         "transactions": [
@@ -219,7 +229,11 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if all(report.success for _, report in results) else EXIT_CHECK_FAILED
 
 
-def _write_reports(validated: list, table: str, directory: str) -> None:
+def _write_reports(
+    validated: Sequence[tuple[TransactionStatus, ValidationReport | None]],
+    table: str,
+    directory: str,
+) -> None:
     """Data Docs pages of (transaction, its report or None) pairs; their paths to stderr."""
     from lakesink.ops.reports import write_report_page
 
@@ -516,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in JOBS:  # the job parses its own options, --help included
         from importlib import import_module
 
-        return import_module(JOBS[argv[0]]).main(argv[1:])
+        return cast(int, import_module(JOBS[argv[0]]).main(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from lakesink.cli.exits import EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
@@ -140,7 +140,10 @@ def _run(args: argparse.Namespace) -> VacuumReport:
     )
     spark.sparkContext.setLogLevel("WARN")
     context = spark.sparkContext
-    if context.master.startswith("local") and not context.getConf().contains(LISTING_PARALLELISM):
+    # pyspark types master as str | None; a started context has one.
+    if cast(str, context.master).startswith("local") and not context.getConf().contains(
+        LISTING_PARALLELISM
+    ):
         spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
     try:
         return vacuum(

@@ -86,7 +86,7 @@ log = logging.getLogger(__name__)
 
 TxnT = TypeVar("TxnT", bound=Hashable)
 InT = TypeVar("InT")
-SinkT = TypeVar("SinkT", bound="TwoPhaseCommitSink")
+SinkT = TypeVar("SinkT", bound="TwoPhaseCommitSink[Any, Any]")
 
 
 class Clock(Protocol):

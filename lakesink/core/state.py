@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from lakesink.errors import ProtocolError
 
@@ -175,7 +175,9 @@ class SinkState(Generic[TxnT]):
     def to_json(self) -> str:
         def holder(h: TransactionHolder[TxnT]) -> dict[str, Any]:
             handle = (
-                dataclasses.asdict(h.handle) if dataclasses.is_dataclass(h.handle) else h.handle
+                dataclasses.asdict(cast(Any, h.handle))
+                if dataclasses.is_dataclass(h.handle)
+                else h.handle
             )
             return {
                 "handle": handle,
@@ -203,7 +205,12 @@ class SinkState(Generic[TxnT]):
             if handle_type is None:
                 handle = raw
             else:
-                handle = handle_type(**raw) if isinstance(raw, dict) else handle_type(raw)
+                # A handle type is any Hashable class; its constructor takes the stored fields.
+                handle = (
+                    cast(Callable[..., TxnT], handle_type)(**raw)
+                    if isinstance(raw, dict)
+                    else cast(Callable[..., TxnT], handle_type)(raw)
+                )
             return TransactionHolder(handle, int(d["checkpoint_id"]), int(d["started_at_ms"]))
 
         current = data.get("current")

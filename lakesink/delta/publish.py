@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -135,6 +135,7 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
     Raises:
         CommitFailedError: Rewrites of the pending partition kept racing every round.
     """
+    revived: list[dict[str, Any]]  # files of ours a concurrent commit removed
     rows, revived = 0, []
     for _ in range(PUBLISH_ROUNDS):
         table = delta_table(path)
@@ -196,7 +197,7 @@ def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
         pc.equal(pc.struct_field(partition, PENDING), txn_id),
         pc.equal(pc.struct_field(partition, VISIBLE), False),
     )
-    return actions.filter(pc.fill_null(mine, False)).to_pylist()
+    return cast(list[dict[str, Any]], actions.filter(pc.fill_null(mine, False)).to_pylist())
 
 
 def _visible(file: Mapping[str, Any]) -> AddAction:
@@ -282,6 +283,7 @@ def _removed_before(
 ) -> tuple[set[str], int]:
     """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
     removed, and the version of that one."""
+    removed: set[str]
     wanted, removed = set(paths), set()
     version = read_version + 1
     while True:
@@ -293,7 +295,7 @@ def _removed_before(
                 f"after {read_version} carries it; commit again (it is idempotent)"
             ) from None
         actions = [json.loads(line) for line in content.decode().splitlines() if line.strip()]
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if nonce in str(info.get("userMetadata", "")):
             return removed, version
         removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted

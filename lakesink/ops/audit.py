@@ -30,9 +30,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
@@ -353,7 +353,8 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     journal_table = DeltaTable.forPath(spark, journal.path)
 
     def latest(delta_table: DeltaTable) -> int:
-        return int(delta_table.history(1).select("version").first()[0])
+        # A Delta table has at least one version, so history(1) has a row.
+        return int(cast(Row, delta_table.history(1).select("version").first())[0])
 
     for attempt in range(attempts):
         before = latest(journal_table)
@@ -440,14 +441,17 @@ def timeline(
         waiting = phase in (Phase.PENDING, Phase.HELD) and times["opened_at"] is not None
         audits.append(
             TransactionAudit(
-                checkpoint_id=row.checkpoint_id if row else checkpoint_id,
+                # one of the two knows the transaction: folded or counts
+                checkpoint_id=cast(int, row.checkpoint_id if row else checkpoint_id),
                 txn_id=txn_id,
                 writer_id=row.writer_id if row else None,
                 state=state,
                 phase=phase,
                 **times,
                 commit_latency_s=latency,
-                pending_age_s=now - times["opened_at"].timestamp() if waiting else None,
+                pending_age_s=(
+                    now - cast(datetime, times["opened_at"]).timestamp() if waiting else None
+                ),
                 row_count=row.row_count if row else None,
                 visible_rows=visible,
                 masked_rows=masked,
@@ -795,6 +799,12 @@ def _check_foreign_changes(history: Sequence[HistoryEntry]) -> CheckResult:
     )
 
 
+@overload
+def _utc(micros: int) -> datetime: ...
+@overload
+def _utc(micros: None) -> None: ...
+@overload
+def _utc(micros: int | None) -> datetime | None: ...
 def _utc(micros: int | None) -> datetime | None:
     # Epoch microseconds from Spark: no local time zone gets in between.
     return None if micros is None else datetime.fromtimestamp(micros / 1e6, tz=timezone.utc)

@@ -47,6 +47,7 @@ from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.ops.vacuum import VacuumReport
+    from lakesink.tables.journal import TransactionStatus
 
 __all__ = [
     "LATENCY_BUCKETS",
@@ -194,7 +195,11 @@ class MetricsExport:
         if self.push_gateway:
             try:
                 push_to_gateway(
-                    self.push_gateway, job=self.job, registry=registry, grouping_key=self.grouping
+                    self.push_gateway,
+                    job=self.job,
+                    registry=registry,
+                    # prometheus_client only reads it, but types it as a dict
+                    grouping_key=self.grouping,  # type: ignore[arg-type]
                 )
             except ValueError as error:
                 raise ConfigurationError(
@@ -277,7 +282,7 @@ def _add_sink(families: dict[str, Metric], status: SinkStatus, now: datetime) ->
     )
 
 
-def _checkpoints(transactions: Iterable) -> int:
+def _checkpoints(transactions: Iterable[TransactionStatus]) -> int:
     return len({t.checkpoint_id for t in transactions})
 
 

@@ -34,8 +34,9 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from lakesink.core import CheckpointRecord
 from lakesink.errors import AlreadyRunningError, TableNotFoundError
@@ -108,7 +109,10 @@ def plan_migration(spark: SparkSession, state_dir: str) -> MigrationPlan:
         if old.exists() and migrating.exists():
             return MigrationPlan(path=path, step="finish", records=0, jobs=())
         raise TableNotFoundError(f"no checkpoint table at {path}: pass a job's --state folder")
-    properties = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {}
+    # DESCRIBE DETAIL answers one row (first() is typed Row | None).
+    properties = (
+        cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first())["properties"] or {}
+    )
     if format_version(properties) >= CHECKPOINTS_FORMAT:
         return MigrationPlan(path=path, step="nothing", records=0, jobs=())
     rows = spark.read.format("delta").load(path)
@@ -137,7 +141,7 @@ def migrate_checkpoints(
     return plan
 
 
-def _record(row: dict) -> CheckpointRecord:
+def _record(row: dict[str, Any]) -> CheckpointRecord:
     """A format-1 row as a record: its files, row count and quarantine become ``detail``."""
     detail = {
         "items": json.loads(row["files"]),
@@ -184,7 +188,7 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     path = normalize(path)
     if not is_delta_table(path):
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
+    detail = cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first())  # one row
     properties = detail["properties"] or {}
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(f"the Delta table at {path} is not a lakesink table")
@@ -260,4 +264,6 @@ def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
 
 
 def _properties(spark: SparkSession, path: str) -> dict[str, str]:
-    return dict(spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["properties"] or {})
+    return dict(
+        cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first())["properties"] or {}
+    )

@@ -17,7 +17,7 @@ import copy
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakesink.core.validation import ValidationReport
 from lakesink.spark.validation import import_gx
@@ -55,10 +55,14 @@ def write_report_page(
     from great_expectations.core.expectation_validation_result import (
         ExpectationSuiteValidationResultSchema,
     )
-    from great_expectations.render.renderer import ValidationResultsPageRenderer
-    from great_expectations.render.view import DefaultJinjaPageView
 
-    data = copy.deepcopy(dict(report.result))
+    # GX re-exports these from their packages without listing them in __all__.
+    from great_expectations.render.renderer import (  # type: ignore[attr-defined]
+        ValidationResultsPageRenderer,
+    )
+    from great_expectations.render.view import DefaultJinjaPageView  # type: ignore[attr-defined]
+
+    data: dict[str, Any] = copy.deepcopy(dict(report.result))
     meta = data.setdefault("meta", {})
     meta["run_id"] = {
         "run_name": f"{txn.sink_id} checkpoint {txn.checkpoint_id} (writer {txn.writer_id}, "
@@ -67,7 +71,8 @@ def write_report_page(
     }
     meta.setdefault("batch_spec", {})["data_asset_name"] = table_path  # the page's "Data asset"
     result = ExpectationSuiteValidationResultSchema().load(data)
-    page = DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
+    # GX's renderers have no annotations.
+    page = DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))  # type: ignore[no-untyped-call]
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     path = target / report_page_name(txn)

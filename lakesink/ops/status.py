@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from lakesink.core import TxnState
 from lakesink.core.validation import ValidationReport
@@ -39,8 +40,8 @@ class SinkStatus:
     def committed_rows(self) -> int:
         return sum(s.row_count or 0 for s in self.committed)
 
-    def as_dict(self, now: datetime) -> dict:
-        def txn(status: TransactionStatus) -> dict:
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        def txn(status: TransactionStatus) -> dict[str, Any]:
             return {
                 "checkpoint_id": status.checkpoint_id,
                 "txn_id": status.txn_id,
@@ -81,7 +82,7 @@ def sink_status(path: str) -> SinkStatus:
     )
 
 
-def job_status(state_dir: str, job_id: str) -> dict:
+def job_status(state_dir: str, job_id: str) -> dict[str, Any]:
     """A job's last completed checkpoint and every input item it quarantined."""
     records = read_history(checkpoints_path(state_dir), job_id)
     return {

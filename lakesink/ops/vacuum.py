@@ -289,6 +289,8 @@ def plan_vacuum(
 
     statuses = journal.transactions(sink_id, table_path=path)
     aborted = [s for s in statuses if s.state is TxnState.ABORTED]
+    expired: list[TransactionStatus]
+    live: list[TransactionStatus]
     expired, live = [], []
     for s in statuses:
         if s.state is TxnState.OPEN and now - s.opened_at > expire_open_after:
@@ -504,7 +506,7 @@ def _matching(given: str | None, recorded: str | None, what: str, path: str) -> 
 
 
 def _retention(
-    properties: dict[str, str], retain_hours: float | None, allow_short: bool, path: str
+    properties: Mapping[str, str], retain_hours: float | None, allow_short: bool, path: str
 ) -> tuple[float, bool]:
     """The VACUUM retention in hours, and whether it is below the table's own."""
     configured = properties.get(RETENTION_PROPERTY)
@@ -618,7 +620,7 @@ def _file_size(spark: SparkSession, uri: str) -> int:
             return 0
     try:
         hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(uri)  # type: ignore[union-attr]
-        conf = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        conf = spark._jsc.hadoopConfiguration()
         return int(hadoop_path.getFileSystem(conf).getFileStatus(hadoop_path).getLen())
     except Exception as exc:  # a size is only reported, never worth failing the vacuum for
         log.warning("cannot read the size of %s: %s", uri, exc)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
+from typing import cast
 
 from pyspark.sql import SparkSession
 
@@ -156,7 +157,7 @@ def spark_session(
         # Under spark-submit the JVM runs already: its jars came with --packages and --jars
         # (lakesink jars --s3, --log-store).
         if "PYSPARK_GATEWAY_PORT" not in os.environ:
-            if _local_defaults(master):
+            if _local_defaults(cast(str, master)):  # set above: no gateway port
                 # One JVM: its class path reads the jars in place, where packages would be
                 # copied into every session's temporary folder (640 MB of AWS SDK).
                 class_path = storage.spark_class_path()
@@ -201,12 +202,15 @@ def _launch_driver_jvm(
     for key, value in settings.items():
         conf.set(key, str(value))
     popen: dict[str, object] = {"start_new_session": True}
+    # pyspark's launch_gateway has no annotations.
     if output is None:
-        gateway = launch_gateway(conf, popen_kwargs=popen)
+        gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
     else:
         # The JVM holds its own descriptor of the file; this one can close at once.
         with open(output, "ab") as sink:
-            gateway = launch_gateway(conf, popen_kwargs={**popen, "stdout": sink, "stderr": sink})
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                conf, popen_kwargs={**popen, "stdout": sink, "stderr": sink}
+            )
     SparkContext._ensure_initialized(gateway=gateway)
 
 

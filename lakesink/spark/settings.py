@@ -85,6 +85,7 @@ def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[N
         lock = _CONF_LOCKS.setdefault(spark, threading.RLock())
     with lock:
         previous = {key: spark.conf.get(key, None) for key in settings}
+        value: str | None  # a setting to make here, what was there (None: unset) below
         for key, value in settings.items():
             spark.conf.set(key, value)
         try:
@@ -127,7 +128,8 @@ def labelled(
     try:
         yield
     finally:
-        context.setLocalProperty(_JOB_DESCRIPTION, previous)  # None removes it
+        # None removes it; pyspark types the value as str only.
+        context.setLocalProperty(_JOB_DESCRIPTION, previous)  # type: ignore[arg-type]
         if not had_tag:
             context.removeJobTag(tag)
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -193,7 +193,8 @@ class ValidationGate:
         failed = []
         errors = []
         for outcome in result.results:
-            config = outcome.expectation_config
+            # GX fills in the configuration of every result of a suite run.
+            config = cast("ExpectationConfiguration", outcome.expectation_config)
             kwargs = _json_ready({k: v for k, v in config.kwargs.items() if k != "batch_id"})
             raised = _raised(outcome.exception_info)
             if raised:
@@ -214,7 +215,7 @@ class ValidationGate:
             evaluated=result.statistics["evaluated_expectations"],
             failed=tuple(failed),
             error="; ".join(errors) or None,
-            result=result.to_json_dict(),
+            result=result.to_json_dict(),  # type: ignore[no-untyped-call]  # GX: no annotations
         )
 
     def _report(
@@ -248,7 +249,7 @@ class _SuiteRunner:
     def __init__(self, suite: ExpectationSuite) -> None:
         self._suite = suite
         self._definition: ValidationDefinition | None = None
-        self._context = None
+        self._context: Any = None  # the GX context _build made (gx.get_context: untyped)
         self._lock = threading.Lock()  # one GX run at a time per context
 
     def run(self, frame: DataFrame) -> ExpectationSuiteValidationResult:
@@ -296,8 +297,11 @@ class _SuiteRunner:
             )
         )
         self._context = context
-        return context.validation_definitions.add(
-            gx.ValidationDefinition(data=batch, suite=suite, name=f"{suite.name}-{tag}")
+        return cast(
+            "ValidationDefinition",
+            context.validation_definitions.add(
+                gx.ValidationDefinition(data=batch, suite=suite, name=f"{suite.name}-{tag}")
+            ),
         )
 
 
@@ -348,7 +352,7 @@ def _suite_from_dict(data: object, *, source: Path) -> ExpectationSuite:
             "expectation gallery lists each type's kwargs"
         )
     try:
-        return gx.ExpectationSuite(**{**data, "expectations": configs})
+        return cast("ExpectationSuite", gx.ExpectationSuite(**{**data, "expectations": configs}))
     except (TypeError, ValueError) as error:
         raise ValidationSuiteError(f"{where} is not a valid suite: {_problem(error)}") from error
 
@@ -387,10 +391,10 @@ def _raised(exception_info: Mapping[str, object] | None) -> list[str]:
     return messages
 
 
-def _json_ready(value: dict) -> dict:
+def _json_ready(value: dict[str, Any]) -> dict[str, Any]:
     from great_expectations.util import convert_to_json_serializable
 
-    return _small(convert_to_json_serializable(value))
+    return cast(dict[str, Any], _small(convert_to_json_serializable(value)))
 
 
 def _small(value: object) -> object:

@@ -13,7 +13,7 @@ import os
 import uuid
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.location import is_uri, join
@@ -41,8 +41,12 @@ def _store(root: str, options: StorageOptions) -> Any:
     # wants plain HTTP as a client option.
     config = {k.lower(): v for k, v in options.deltars_options(root).items()}
     allow_http = config.pop("aws_allow_http", "false") == "true"
+    # The keys are those of whichever store the URL names (S3, GCS, Azure); obstore types
+    # config per store, as a TypedDict.
     return from_url(
-        options.deltars_uri(root), config=config, client_options={"allow_http": allow_http}
+        options.deltars_uri(root),
+        config=cast(Any, config),
+        client_options={"allow_http": allow_http},
     )
 
 

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from lakesink.errors import ConfigurationError
 from lakesink.storage.logstore import LOGSTORE_CLASS, hadoop_version, logstore_jar, s3a_jars
@@ -54,7 +54,7 @@ def deltars_uri(uri: str) -> str:
 
 def _is_s3(uri: str) -> bool:
     match = _URI.match(str(uri))
-    return bool(match) and match.group(1).lower() in S3_SCHEMES
+    return bool(match) and cast("re.Match[str]", match).group(1).lower() in S3_SCHEMES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -113,7 +113,7 @@ def _migration_cut_short(state_dir: str) -> bool:
     return not is_uri(state_dir) and old_tables(state_dir)[0].exists()
 
 
-def to_row(record: CheckpointRecord) -> tuple:
+def to_row(record: CheckpointRecord) -> tuple[Any, ...]:
     """A record as a row of the checkpoint table (``CHECKPOINTS_SCHEMA``)."""
     detail = {
         "items": list(record.items),

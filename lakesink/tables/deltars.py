@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +53,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def append_rows(path: str, rows: Sequence[tuple]) -> None:
+def append_rows(path: str, rows: Sequence[tuple[Any, ...]]) -> None:
     """Append rows, each a tuple in the table's column order, in one Delta commit.
 
     The table's own schema types the rows, so a wrong value (a None in a NOT NULL column,
@@ -87,7 +87,9 @@ def read_log_rows(
     for column, value in equal.items():
         term = pc.field(column) == value
         predicate = term if predicate is None else predicate & term
-    return arrow_dataset(table, path).to_table(filter=predicate).to_pylist()
+    return cast(
+        list[dict[str, Any]], arrow_dataset(table, path).to_table(filter=predicate).to_pylist()
+    )
 
 
 def arrow_dataset(table: DeltaTable, path: str, **options: Any) -> ds.Dataset:

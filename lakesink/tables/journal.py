@@ -77,7 +77,7 @@ class JournalEntry:
     detail: str | None = None
     validation: str | None = None  # a ValidationReport as JSON
 
-    def as_row(self) -> tuple:
+    def as_row(self) -> tuple[Any, ...]:
         return tuple(
             getattr(self, f.name).value if f.name == "state" else getattr(self, f.name)
             for f in fields(self)

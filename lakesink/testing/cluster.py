@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, cast
 
 from lakesink.errors import ConfigurationError
 from lakesink.jvm import listening, tail
@@ -102,10 +103,10 @@ class LocalCluster:
         """The master's web UI; ``/json/`` there answers the cluster's state."""
         return f"http://{self.host}:{self.master_ui_port}"
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """The master's view: workers (with ``state`` ALIVE or DEAD), apps, cores."""
         with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=5) as answer:
-            return json.load(answer)
+            return cast(dict[str, Any], json.load(answer))
 
     def alive_workers(self) -> tuple[int, ...]:
         """The indexes of this cluster's workers the master counts alive (none if it is down)."""
@@ -411,7 +412,7 @@ def _await_workers(
     deadline = time.monotonic() + timeout_s
     for worker in workers:
         _await(
-            lambda index=worker.index: index in cluster.alive_workers(),
+            cast(Callable[[], bool], lambda index=worker.index: index in cluster.alive_workers()),
             worker.pid,
             Path(worker.log_file),
             max(deadline - time.monotonic(), 1.0),
