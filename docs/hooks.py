@@ -101,8 +101,12 @@ def layers() -> str:
 # ------------------------------------------------------------------ failure scenarios
 
 
-def _documented(dotted: str) -> object:
-    """The module, class or function a dotted name names."""
+def documented(dotted: str) -> object:
+    """The module, class or function a dotted name names.
+
+    Raises:
+        LookupError: No module of it imports; AttributeError: a part of it is missing.
+    """
     import importlib
 
     parts = dotted.split(".")
@@ -114,7 +118,7 @@ def _documented(dotted: str) -> object:
         for attribute in parts[cut:]:
             found = getattr(found, attribute)
         return found
-    raise RuntimeError(f"nothing importable is named {dotted}")
+    raise LookupError(f"nothing importable is named {dotted}")
 
 
 def failure_scenarios(dotted: str) -> str:
@@ -124,7 +128,7 @@ def failure_scenarios(dotted: str) -> str:
     """
     import inspect
 
-    doc = inspect.getdoc(_documented(dotted)) or ""
+    doc = inspect.getdoc(documented(dotted)) or ""
     lines = doc.splitlines()
     start = next(
         (
