@@ -174,8 +174,13 @@ class Table:
 
     # ------------------------------------------------------------------ operations
 
-    def commit(self, spark: SparkSession, checkpoint_id: int) -> list[TransactionStatus]:
+    def commit(
+        self, spark: SparkSession, checkpoint_id: int, *, mode: str = "merge"
+    ) -> list[TransactionStatus]:
         """Publish a pending or held checkpoint by hand (its writers must be stopped).
+
+        ``mode`` as ``SinkOptions.commit``: ``"merge"`` rewrites the rows into the committed
+        partition, ``"metadata"`` adds their files again as committed (no row rewritten).
 
         Raises:
             UnknownCheckpointError: Nothing of it is pending (the message says why).
@@ -184,7 +189,7 @@ class Table:
         """
         from lakesink.ops.resolve import resolve_checkpoint
 
-        return resolve_checkpoint(spark, self.path, checkpoint_id, "commit")
+        return resolve_checkpoint(spark, self.path, checkpoint_id, "commit", mode=mode)
 
     def abort(self, spark: SparkSession, checkpoint_id: int) -> list[TransactionStatus]:
         """Abort a pending or held checkpoint by hand: its rows never become visible."""

@@ -289,3 +289,29 @@ def test_a_table_the_metadata_commit_cannot_write_exactly_is_refused(spark, tmp_
         )  # fmt: skip
     with pytest.raises(ConfigurationError, match=r"unknown commit mode 'fast'"):
         DeltaSink.open(spark, str(tmp_path / "t2"), schema=SCHEMA, commit="fast")
+
+
+def test_an_operator_publishes_a_pending_checkpoint_by_metadata(spark, tmp_path, capsys):
+    from lakesink import Table
+    from lakesink.cli import main
+
+    table = tmp_path / "orders"
+    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_operator")  # MERGE
+    for first in (0, 10):
+        write(spark, sink, range(first, first + 10))
+        sink.checkpoint()  # checkpoints 1 and 2 pre-committed, not published
+    sink.close()  # the writer stops: both stay pending for an operator
+    before = live_files(table)
+    version = DeltaTable(str(table)).version()
+
+    done = Table(str(table)).commit(spark, 1, mode="metadata")
+    assert main(["commit", str(table), "--checkpoint", "2", "--mode", "metadata", "--yes"]) == 0
+    assert "committed checkpoint 2: 1 transaction(s)" in capsys.readouterr().out
+
+    assert [t.checkpoint_id for t in done] == [1]
+    assert set(live_files(table)) == set(before)  # the same files: no row rewritten
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where(f"version > {version}")
+    assert sorted(r.operation for r in history.collect()) == ["WRITE", "WRITE"]  # no MERGE
+    assert visible_ids(spark, table) == Counter(range(20))
+    with pytest.raises(ConfigurationError, match=r"unknown commit mode 'fast'"):
+        Table(str(table)).commit(spark, 3, mode="fast")

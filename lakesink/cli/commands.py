@@ -183,6 +183,7 @@ def _resolve(args: argparse.Namespace) -> int:
         table,
         args.checkpoint,
         args.command,
+        mode=getattr(args, "mode", "merge"),  # abort has no mode
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     done_word = {"commit": "committed", "abort": "aborted"}[args.command]
@@ -433,6 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
         resolve[action].add_argument("--checkpoint", type=int, required=True)
         resolve[action].add_argument("--yes", action="store_true", help="do not ask")
         resolve[action].set_defaults(func=_resolve)
+    resolve["commit"].add_argument(
+        "--mode",
+        choices=("merge", "metadata"),
+        default="merge",
+        help="how the rows become visible: a Delta MERGE that rewrites them into the "
+        "committed partition (default), or a metadata commit that adds their files again as "
+        "committed, rewriting no row (as the writer's --commit / SinkOptions.commit)",
+    )
     validate = commands.add_parser(
         "validate",
         help="run an expectation suite again on a pending or held checkpoint",

@@ -87,7 +87,6 @@ def exit_process(status: int) -> NoReturn:
     would see a command that did its work as failed. Nothing lakesink needs runs at exit:
     the driver JVM ends when this process does (its stdin closes).
     """
-    settle(status)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -101,13 +100,15 @@ def run_command(name: str, action: Callable[[], int]) -> int:
     logged with its traceback, for a bug report.
     """
     try:
-        return action()
+        status = action()
     except LakesinkError as error:
         print(f"{name}: {error}", file=sys.stderr)
-        return exit_status(error)
+        status = exit_status(error)
     except KeyboardInterrupt:  # Ctrl-C of a short command: what it left is as after a crash
         print(f"{name}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        status = EXIT_INTERRUPTED
     except Exception:
         log.exception("%s failed unexpectedly", name)
-        return EXIT_SOFTWARE
+        status = EXIT_SOFTWARE
+    settle(status)  # Spark's own output: deleted, or named after the message
+    return status

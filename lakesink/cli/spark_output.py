@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["add_spark_options", "jvm_output", "settle"]
 
-# The files this process's commands opened, settled once when it exits.
+# The files the commands of this process opened, settled when each run ends.
 _files: list[Path] = []
 
 
@@ -44,7 +44,10 @@ def jvm_output(args: argparse.Namespace) -> Path | None:
 
 
 def settle(status: int) -> None:
-    """Delete the output of a run that succeeded; name the output of one that did not."""
+    """Delete the output of a run that succeeded; name the output of one that did not.
+
+    ``run_command`` calls it once the run has its status.
+    """
     for path in _files:
         if status == 0 or not path.exists() or path.stat().st_size == 0:
             path.unlink(missing_ok=True)

@@ -93,18 +93,24 @@ def resolve_checkpoint(
     checkpoint_id: int,
     action: Literal["commit", "abort"],
     *,
+    mode: str = "merge",
     progress: Callable[[str], None] = log.info,
 ) -> list[TransactionStatus]:
     """Commit or abort every pending transaction of the checkpoint; return them.
 
-    Every transaction is checked before any writer's is touched.
+    Every transaction is checked before any writer's is touched. ``mode`` is how a commit
+    makes the rows visible, as ``SinkOptions.commit``: ``"merge"`` or ``"metadata"`` (the
+    files added again as committed, no row rewritten; the table must allow it).
 
     Raises:
         UnknownCheckpointError: Nothing is pending in that checkpoint.
         ProtocolError: Commit of a transaction never pre-committed, or abort of one whose
             commit was already decided.
         AlreadyRunningError: A writer of the checkpoint is still running.
+        ConfigurationError: An unknown ``mode``, or a table the metadata commit cannot
+            write exactly.
     """
+    SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
     transactions = pending_transactions(path, checkpoint_id)
     commit = action == "commit"
     check_resolvable([_logged(t) for t in transactions], commit=commit)
@@ -112,7 +118,7 @@ def resolve_checkpoint(
         mine = [t for t in transactions if t.writer_id == writer_id]
         rows = sum(t.row_count or 0 for t in mine)
         progress(f"{action} checkpoint {checkpoint_id}: writer {writer_id}, {rows} rows")
-        options = SinkOptions(sink_id=mine[0].sink_id, writer_id=writer_id)
+        options = SinkOptions(sink_id=mine[0].sink_id, writer_id=writer_id, commit=mode)
         DeltaSink(spark, path, options=options).resolve(
             checkpoint_id, commit=commit, reason=f"operator {action}"
         )
