@@ -232,7 +232,9 @@ def start_server(
         folder=folder,
         log_name=LOG_FILE,
         pid_name=PID_FILE,
-        ready=lambda: listening(LOOPBACK, port) and _answers(server),
+        ready=lambda: (
+            listening(LOOPBACK, port) and _answers(server) and _volumes_known(folder, ports)
+        ),
         timeout=timeout,
         what=f"the SeaweedFS S3 server on {LOOPBACK}:{port}",
     )
@@ -326,6 +328,28 @@ def _answers(server: S3Server) -> bool:
         return _request(server, "GET", "/", timeout=5)[0] == 200
     except OSError:
         return False
+
+
+def _volumes_known(folder: Path, ports: Mapping[str, int]) -> bool:
+    """Whether the master knows the volume server and every volume kept on disk.
+
+    S3 answers before that; a read of data kept from an earlier run then fails with HTTP
+    500 ("volume id not found") until the volume server's first heartbeat.
+    """
+    kept = len(list((folder / DATA_DIR).rglob("*.dat")))
+    url = f"http://{LOOPBACK}:{ports['master.port']}/dir/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            topology = json.load(reply).get("Topology") or {}
+    except (OSError, ValueError):
+        return False
+    volume_server = f"{LOOPBACK}:{ports['volume.port']}"
+    return any(
+        node.get("Url") == volume_server and node.get("Volumes", 0) >= kept
+        for center in topology.get("DataCenters") or []
+        for rack in center.get("Racks") or []
+        for node in rack.get("DataNodes") or []
+    )
 
 
 def _identity(folder: Path, access_key: str | None, secret_key: str | None) -> tuple[str, str]:
