@@ -18,9 +18,9 @@ argument. Writing is the sink's part: ``DeltaSink``, ``StreamingSink``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from lakesink.core import TxnState
 from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
 from lakesink.tables.deltars import read_sink_table_log
+from lakesink.tables.history import first_versions, history_entry
 from lakesink.tables.journal import TransactionStatus
 
 if TYPE_CHECKING:
@@ -273,16 +274,14 @@ def _publishing_versions(path: str) -> dict[str, int]:
     visible, from the table's history (read with delta-rs)."""
     from lakesink.tables.deltars import delta_table
 
-    found: dict[str, int] = {}
-    for entry in sorted(delta_table(path).history(), key=lambda e: e["version"]):
-        try:
-            metadata = json.loads(entry.get("userMetadata") or "{}")
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(metadata, dict) or metadata.get("lakesink") != "commit":
-            continue
-        updated = (entry.get("operationMetrics") or {}).get("numTargetRowsUpdated")
-        if updated is not None and int(updated) == 0:  # a repeated MERGE that flipped nothing
-            continue
-        found.setdefault(metadata.get("txn_id", ""), int(entry["version"]))
-    return found
+    history = [
+        history_entry(
+            version=entry["version"],
+            timestamp=datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc),
+            operation=entry.get("operation", ""),
+            user_metadata=entry.get("userMetadata"),
+            metrics=entry.get("operationMetrics"),
+        )
+        for entry in delta_table(path).history()
+    ]
+    return first_versions(history, "commit")

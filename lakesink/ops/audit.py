@@ -40,6 +40,7 @@ from lakesink.core.validation import ValidationReport
 from lakesink.errors import AuditFailedError, LakesinkError
 from lakesink.storage.location import normalize
 from lakesink.tables.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
+from lakesink.tables.history import HistoryEntry, first_versions, history_entry
 from lakesink.tables.journal import Journal, fold
 
 if TYPE_CHECKING:
@@ -85,14 +86,6 @@ ROW_PRESERVING_OPERATIONS = frozenset(
         "CHANGE COLUMN",
     }
 )
-# The operationMetrics entry that counts the rows an operation wrote, flipped or deleted.
-_ROWS_METRIC = {
-    "WRITE": "numOutputRows",
-    "STREAMING UPDATE": "numOutputRows",
-    "MERGE": "numTargetRowsUpdated",
-    "UPDATE": "numUpdatedRows",
-    "DELETE": "numDeletedRows",
-}
 
 
 # An operator's commit decision is journaled before its MERGE: its rows may be visible.
@@ -138,34 +131,6 @@ class AuditSnapshot:
     table_version: int
     journal_version: int
     taken_at: datetime
-
-
-@dataclass(frozen=True, kw_only=True)
-class HistoryEntry:
-    """One Delta version of the table, with what lakesink says it did.
-
-    Attributes:
-        version: The Delta version.
-        timestamp: When it was committed.
-        operation: Delta's operation name (``WRITE``, ``MERGE``, ``DELETE``, ...).
-        lakesink: The lakesink operation (``write``, ``commit``, ``vacuum``), or None for
-            a version lakesink did not make.
-        checkpoint_id: The checkpoint a write or commit belongs to.
-        txn_ids: The transaction(s) it touched: one for a write or commit, the vacuumed
-            ones for a vacuum.
-        step: The append's number within its transaction (writes only).
-        rows: Rows appended (write), made visible (commit) or deleted (vacuum), from
-            Delta's operation metrics.
-    """
-
-    version: int
-    timestamp: datetime
-    operation: str
-    lakesink: str | None
-    checkpoint_id: int | None
-    txn_ids: tuple[str, ...]
-    step: int | None
-    rows: int | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -398,7 +363,16 @@ def table_history(spark: SparkSession, snap: AuditSnapshot) -> tuple[HistoryEntr
         .orderBy("version")
         .collect()
     )
-    return tuple(_history_entry(row) for row in rows)
+    return tuple(
+        history_entry(
+            version=row.version,
+            timestamp=_utc(row.micros),
+            operation=row.operation,
+            user_metadata=row.userMetadata,
+            metrics=row.operationMetrics,
+        )
+        for row in rows
+    )
 
 
 def timeline(
@@ -420,8 +394,8 @@ def timeline(
     history = table_history(spark, snap) if history is None else history
     folded = {row.txn_id: row for row in fold(_events(spark, snap)).collect()}
     counts = _row_counts(spark, snap)
-    commit_versions = _first_versions(history, "commit")
-    vacuum_versions = _first_versions(history, "vacuum")
+    commit_versions = first_versions(history, "commit")
+    vacuum_versions = first_versions(history, "vacuum")
     now = snap.taken_at.timestamp()
     audits = []
     for txn_id in folded.keys() | counts.keys():
@@ -583,41 +557,6 @@ def _row_counts(spark: SparkSession, snap: AuditSnapshot) -> dict[str, tuple[int
         .collect()
     )
     return {r[TXN_ID]: (r[CHECKPOINT_ID], r.visible, r.masked) for r in rows}
-
-
-def _history_entry(row: Any) -> HistoryEntry:
-    try:
-        metadata = json.loads(row.userMetadata) if row.userMetadata else {}
-    except json.JSONDecodeError:
-        metadata = {}
-    if not isinstance(metadata, dict) or "lakesink" not in metadata:
-        metadata = {}
-    txn_ids = metadata.get("txn_ids") or ([metadata["txn_id"]] if "txn_id" in metadata else [])
-    metric = (row.operationMetrics or {}).get(_ROWS_METRIC.get(row.operation, ""))
-    return HistoryEntry(
-        version=int(row.version),
-        timestamp=_utc(row.micros),
-        operation=row.operation,
-        lakesink=metadata.get("lakesink"),
-        checkpoint_id=metadata.get("checkpoint_id"),
-        txn_ids=tuple(txn_ids),
-        step=metadata.get("step"),
-        rows=int(metric) if metric is not None else None,
-    )
-
-
-def _first_versions(history: Sequence[HistoryEntry], operation: str) -> dict[str, int]:
-    """Per transaction, the first version of ``operation`` that changed rows of it.
-
-    A repeated commit (recovery re-commits when in doubt) flips nothing: the first MERGE
-    that flipped rows is the one that made the transaction visible.
-    """
-    found: dict[str, int] = {}
-    for entry in history:
-        if entry.lakesink == operation and entry.rows != 0:
-            for txn_id in entry.txn_ids:
-                found.setdefault(txn_id, entry.version)
-    return found
 
 
 def _failures(row: Any) -> list[ValidationFailure]:
