@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from lakesink.core import TxnState
 from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.history import first_versions, history_entry
+from lakesink.tables.history import first_versions
 from lakesink.tables.journal import TransactionStatus
 
 if TYPE_CHECKING:
@@ -272,16 +271,6 @@ def _rank(state: TxnState) -> int:
 def _publishing_versions(path: str) -> dict[str, int]:
     """Per transaction, the first Delta version whose lakesink commit made rows of it
     visible, from the table's history (read with delta-rs)."""
-    from lakesink.tables.deltars import delta_table
+    from lakesink.tables.deltars import history
 
-    history = [
-        history_entry(
-            version=entry["version"],
-            timestamp=datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc),
-            operation=entry.get("operation", ""),
-            user_metadata=entry.get("userMetadata"),
-            metrics=entry.get("operationMetrics"),
-        )
-        for entry in delta_table(path).history()
-    ]
-    return first_versions(history, "commit")
+    return first_versions(history(path), "commit")

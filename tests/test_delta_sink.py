@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 import time
 from collections import Counter
@@ -646,6 +647,35 @@ def test_a_missing_journal_for_an_existing_table_is_refused(spark, table, runnin
         open_sink(spark, table, journal_path=str(elsewhere))
     assert not elsewhere.exists()
     assert delta_version(spark, table) == before
+
+
+def test_a_table_with_lakesink_history_and_a_deleted_journal_is_refused_by_name(
+    spark, table, running
+):
+    running.close()
+    journal = table.parent / "_lakesink_journal"
+    shutil.rmtree(journal)
+    before = delta_version(spark, table)
+    with pytest.raises(TableNotFoundError, match=rf"no lakesink journal at {journal}: pass"):
+        open_sink(spark, table)
+    assert not journal.exists()
+    assert delta_version(spark, table) == before
+
+
+def test_a_table_that_only_was_created_gets_its_journal_on_the_next_open(spark, table):
+    """As a creation cut short leaves it (lakesink 0.2 made the table before its journal):
+    a table with no lakesink history and no journal; properties changed since count for
+    nothing."""
+    open_sink(spark, table).close()
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('team' = 'sales')")
+    journal = table.parent / "_lakesink_journal"
+    shutil.rmtree(journal)
+    sink = open_sink(spark, table)
+    sink.write(rows(spark, [1, 2]))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.close()
+    assert visible_ids(spark, table) == [1, 2]
+    assert states(sink) == {1: {"committed"}}
 
 
 def test_a_table_of_another_sink_is_refused(spark, table, running):

@@ -57,6 +57,7 @@ from lakesink.errors import (
     CommitStateUnknownError,
     ConfigurationError,
     ProtocolError,
+    TableNotFoundError,
 )
 from lakesink.spark.settings import (
     USER_METADATA_CONF,
@@ -80,7 +81,7 @@ from lakesink.spark.sql import (
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
-from lakesink.tables.deltars import transaction_version
+from lakesink.tables.deltars import has_sink_history, transaction_version
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
@@ -308,6 +309,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     # ----------------------------------------------------------------- hooks
 
     def _acquire(self) -> None:
+        # A new table's journal is made before it (ensure_sink_table), then the writer
+        # lock, then the view: a crash after any of them leaves what the next open completes.
         self._table, created = ensure_sink_table(
             self.spark,
             self.path,
@@ -322,9 +325,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             check_publishable(self.path)
         if self.validation is not None and self._given_schema is None:
             self.validation.check_columns(self.schema.fieldNames())
-        # A table with history but no journal must not silently get a new, empty one:
-        # the pre-committed transactions recovery needs would be forgotten.
-        self._journal = Journal(self.spark, self.journal_path, create=created)
+        self._journal = self._open_journal(created)
         if self.options.table_name:
             self.spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
@@ -333,6 +334,22 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self._lock.acquire()
         # After the lock: no other process of this writer can append any more.
         self._txn_version = transaction_version(self.path, self._app_id())
+
+    def _open_journal(self, created: bool) -> Journal:
+        """The table's journal; created for an existing table only if it has no history.
+
+        A table with lakesink history but no journal must not silently get a new, empty
+        one: the pre-committed transactions recovery needs would be forgotten. One without
+        (its creation was cut short, by a crash or by lakesink 0.2, which made the table
+        before the journal) has nothing to forget.
+        """
+        try:
+            return Journal(self.spark, self.journal_path, create=created)
+        except TableNotFoundError:
+            if has_sink_history(self.path):
+                raise
+        log.info("%s: the table has no lakesink history yet; creating its journal", self.name)
+        return Journal(self.spark, self.journal_path, create=True)
 
     def _ready(self) -> None:
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())

@@ -10,6 +10,8 @@ with), configured from the same ``StorageOptions`` as Spark and delta-rs.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +30,7 @@ __all__ = [
     "object_store",
     "read_bytes",
     "remove_file",
+    "remove_folder",
     "require_delta_table",
     "write_bytes",
 ]
@@ -57,19 +60,34 @@ def object_store(location: str, options: StorageOptions | None = None) -> tuple[
     return _store(f"{scheme}://{bucket}", options or StorageOptions.from_env()), key
 
 
-def has_files(location: str) -> bool:
-    """True when the folder ``location`` exists and holds anything."""
+# What makes a Delta log hold a table: a commit or a checkpoint. A log folder with neither
+# holds at most the temporary file of a first commit cut short (a crash while the table
+# was being created): no table.
+_DELTA_LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint(\.\d+\.\d+)?\.parquet)$")
+
+
+def has_files(location: str, *, but_uncommitted_log: bool = False) -> bool:
+    """True when the folder ``location`` exists and holds anything.
+
+    With ``but_uncommitted_log``, a Delta log with no commit in it (what a table creation cut
+    short leaves) counts as nothing: a new table may be created there.
+    """
     if not is_uri(location):
         folder = Path(location)
-        return folder.exists() and any(folder.iterdir())
-    store, key = object_store(location)
-    listed = store.list_with_delimiter(_prefix(key))
-    return bool(listed["objects"] or listed["common_prefixes"])
+        names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    else:
+        store, key = object_store(location)
+        listed = store.list_with_delimiter(_prefix(key))
+        names = {o["path"].rpartition("/")[2] for o in listed["objects"]}
+        names |= {p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"]}
+    if but_uncommitted_log and "_delta_log" in names and not is_delta_table(location):
+        names.discard("_delta_log")
+    return bool(names)
 
 
 def is_delta_table(location: str) -> bool:
     """True when ``location`` holds a Delta log with at least one commit or checkpoint."""
-    return bool(folder_names(join(location, "_delta_log")))
+    return any(_DELTA_LOG_ENTRY.match(n) for n in folder_names(join(location, "_delta_log")))
 
 
 def require_delta_table(location: str) -> None:
@@ -135,6 +153,19 @@ def remove_file(location: str) -> None:
 
     store, key = object_store(location)
     delete(store, key)
+
+
+def remove_folder(location: str) -> None:
+    """Delete the folder ``location`` and everything in it (on an object store: every
+    object under it)."""
+    if not is_uri(location):
+        shutil.rmtree(location, ignore_errors=True)
+        return
+    from obstore import delete
+
+    store, key = object_store(location)
+    for chunk in store.list(f"{key}/"):
+        delete(store, [entry["path"] for entry in chunk])
 
 
 def create_file(location: str, content: bytes) -> None:

@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, cast
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ from lakesink.errors import TableNotFoundError
 from lakesink.storage.location import is_uri
 from lakesink.storage.options import StorageOptions
 from lakesink.tables.format import SinkTable, check_format, sink_table
+from lakesink.tables.history import HistoryEntry, history_entry
 
 __all__ = [
     "PartitionFiles",
@@ -44,6 +46,8 @@ __all__ = [
     "arrow_dataset",
     "delta_table",
     "file_count",
+    "has_sink_history",
+    "history",
     "partition_files",
     "read_log_rows",
     "read_sink_table_log",
@@ -138,6 +142,31 @@ def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
         if version is None:
             raise
         raise TableNotFoundError(f"cannot read {path} at version {version}: {exc}") from None
+
+
+def history(path: str) -> list[HistoryEntry]:
+    """The table's Delta history, newest first, with what lakesink says each commit did."""
+    return [
+        history_entry(
+            version=entry["version"],
+            timestamp=datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc),
+            operation=entry.get("operation", ""),
+            user_metadata=entry.get("userMetadata"),
+            metrics=entry.get("operationMetrics"),
+        )
+        for entry in delta_table(path).history()
+    ]
+
+
+def has_sink_history(path: str) -> bool:
+    """Whether the sink table at ``path`` ever held rows or a commit of lakesink's.
+
+    A table with neither was only created (and maybe given properties or columns): its
+    journal, if it has none, knows nothing recovery could need.
+    """
+    if delta_table(path).file_uris():
+        return True
+    return any(entry.lakesink is not None for entry in history(path))
 
 
 def transaction_version(path: str, app_id: str) -> int:

@@ -51,8 +51,8 @@ from lakesink.errors import (
     TableNotFoundError,
 )
 from lakesink.spark.sql import delta_path, quote_identifier
-from lakesink.storage.files import has_files, is_delta_table
-from lakesink.storage.location import relative_to_parent, resolve_relative
+from lakesink.storage.files import has_files, is_delta_table, remove_folder
+from lakesink.storage.location import join, relative_to_parent, resolve_relative
 
 __all__ = [
     "CHECKPOINTS_FORMAT",
@@ -230,6 +230,7 @@ def ensure_sink_table(
 ) -> tuple[SinkTable, bool]:
     """Create the sink table or check the existing one; return it and whether it was created.
 
+    A table is created after its journal (``journal``), if that does not exist yet.
     ``partition_by`` names user columns to partition a new table by (after lakesink's own
     partition columns); given for an existing table, it must be the table's. With
     ``merge_schema``, the nullable columns ``schema`` adds to an existing table are added
@@ -272,6 +273,18 @@ def ensure_sink_table(
     partition_by = tuple(partition_by or ())
     check_partition_columns(partition_by, schema)
     _check_empty_folder(path, "the sink's table")
+    # The journal first: a crash before the table is made leaves a journal (a shared one
+    # holds other sinks' events anyway), which the next open finds; the other way round
+    # it would leave a table without its journal.
+    ensure_log_table(
+        spark,
+        journal,
+        schema=JOURNAL_SCHEMA,
+        version=JOURNAL_FORMAT,
+        what="journal",
+        create=True,
+        missing="",
+    )
     from delta.tables import DeltaTable
 
     (
@@ -493,7 +506,17 @@ _UPGRADES = {
 
 
 def _check_empty_folder(path: str, what: str) -> None:
-    if has_files(path):
+    """Refuse a folder that holds files, for a new table; clear a creation cut short.
+
+    A Delta log without a commit is what a crash while a table was being created leaves
+    (a temporary file, folders): Delta's ``createIfNotExists`` then fails on the folder
+    with DELTA_TABLE_NOT_FOUND, so the next creation removes it first.
+    """
+    if has_files(path, but_uncommitted_log=True):
         raise TableNotFoundError(
             f"{path} exists and holds no Delta table; give {what} an empty or new folder"
         )
+    log_folder = join(path, "_delta_log")
+    if has_files(path):
+        log.warning("%s: removing the Delta log of a table creation cut short", log_folder)
+        remove_folder(log_folder)
