@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from pathlib import Path
 
 from lakesink.errors import AlreadyRunningError
@@ -30,7 +31,7 @@ class ProcessLock:
     def acquire(self) -> None:
         for _ in range(2):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                self._create()
             except FileExistsError:
                 if not self._stale():
                     holder = self.path.read_text().strip()
@@ -41,10 +42,21 @@ class ProcessLock:
                 log.warning("taking over the lock %s of a dead process", self.path)
                 self.path.unlink(missing_ok=True)
                 continue
-            with os.fdopen(fd, "w") as lock:
-                lock.write(self._me)
             return
         raise AlreadyRunningError(f"could not take the lock {self.path} of {self.what}")
+
+    def _create(self) -> None:
+        """Create the lock whole, holder and all, or not at all (FileExistsError).
+
+        Linked into place from a file written first: a lock created empty and then written
+        was left empty by a process killed in between, and named no holder ever after.
+        """
+        draft = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        draft.write_text(self._me)
+        try:
+            os.link(draft, self.path)
+        finally:
+            draft.unlink()
 
     def check(self) -> None:
         """Nothing to check: no other process takes over the lock while this one lives."""
@@ -61,6 +73,8 @@ class ProcessLock:
         try:
             holder = self.path.read_text().strip()
         except FileNotFoundError:
+            return False
+        if not holder:  # written empty by lakesink 0.2, killed before it wrote its holder
             return False
         host, _, pid = holder.partition(" ")
         if host != socket.gethostname() or not pid.isdigit():
