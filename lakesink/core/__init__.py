@@ -8,6 +8,7 @@ from lakesink.core.coordinator import (
     Lock,
     Pacing,
 )
+from lakesink.core.cut import Cut, CutMember, CutStore, CutTable, record_cut
 from lakesink.core.lock import ProcessLock
 from lakesink.core.protocol import Clock, SystemClock, TransactionTimeout, TwoPhaseCommitSink
 from lakesink.core.recovery import RecoveryPlan, plan
@@ -32,6 +33,10 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointStore",
     "Clock",
+    "Cut",
+    "CutMember",
+    "CutStore",
+    "CutTable",
     "Lock",
     "LoggedTransaction",
     "Pacing",
@@ -49,6 +54,7 @@ __all__ = [
     "TxnState",
     "current_step_hook",
     "plan",
+    "record_cut",
     "step_hook",
     "step_hook_from_env",
 ]

@@ -4,7 +4,8 @@ A checkpoint of a driver with several sinks is published in all of them or in no
 ``pre_commit_all`` pre-commits every sink and, when one sink's validation held or aborted its
 transaction, holds or aborts the checkpoint in the others too (totals must not become
 visible without the orders they sum); ``commit_all`` commits every sink, attempting all before
-raising the first failure.
+raising the first failure, and once all have published, records the group's cut
+(``lakesink.core.cut``): the global committer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lakesink.core.cut import Cut, record_cut
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
 from lakesink.errors import CommitError
@@ -41,8 +43,11 @@ def pre_commit_all(sinks: Sinks, checkpoint_id: int) -> dict[str, TxnState]:
     return dict.fromkeys(sinks, worst)
 
 
-def commit_all(sinks: Sinks, checkpoint_id: int) -> None:
-    """Commit in every sink all it has pending up to ``checkpoint_id``.
+def commit_all(sinks: Sinks, checkpoint_id: int, *, group_id: str | None = None) -> Cut | None:
+    """Commit in every sink all it has pending up to ``checkpoint_id``, then record the cut.
+
+    ``group_id`` names the group whose cut to record once every commit succeeded (None: no
+    cut); returns the cut recorded, if any.
 
     Raises:
         CommitError: Some commits failed; every sink was attempted, and the failed
@@ -62,3 +67,4 @@ def commit_all(sinks: Sinks, checkpoint_id: int) -> None:
             "they stay pending and are retried at the next checkpoint or restart",
             failures,
         )
+    return record_cut(group_id, checkpoint_id, sinks.values()) if group_id else None

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
+from lakesink.core.cut import record_cut
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import SinkState, current_step_hook
@@ -149,6 +150,8 @@ class CheckpointCoordinator(Generic[DataT]):
         sinks: The job's sinks, by the key their state is recorded under (keep it stable
             across runs: a sink whose key changed is restored to nothing).
         clock: Where ``run`` reads the time.
+        group_id: Names the sinks' group in the cuts their readers read at
+            (``lakesink.core.cut``); default: the job id.
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class CheckpointCoordinator(Generic[DataT]):
         job_id: str,
         sinks: Mapping[str, TwoPhaseCommitSink[Any, DataT]],
         clock: Clock | None = None,
+        group_id: str | None = None,
     ) -> None:
         if not job_id:
             raise ConfigurationError("job_id must not be empty")
@@ -166,6 +170,7 @@ class CheckpointCoordinator(Generic[DataT]):
         self.store = store
         self.job_id = job_id
         self.sinks = dict(sinks)
+        self.group_id = group_id or job_id
         self._step_hook = current_step_hook()  # a test's fault injection, else none
         self._clock = clock or SystemClock()
         self._broken: str | None = None
@@ -181,6 +186,8 @@ class CheckpointCoordinator(Generic[DataT]):
             self._next_id = used + 1
             for key, sink in self.sinks.items():
                 sink.initialize_state(self._restored(key, sink), next_checkpoint_id=used + 1)
+            # Recovery published what the last checkpoint left unpublished: its cut now.
+            record_cut(self.group_id, self.last.checkpoint_id if self.last else 0, sinks.values())
         except BaseException:
             self.close()
             raise
@@ -259,7 +266,7 @@ class CheckpointCoordinator(Generic[DataT]):
             "checkpoint %d of job %s complete (%d items)", checkpoint_id, self.job_id, len(items)
         )
         self._step("after_record", checkpoint_id)
-        commit_all(self.sinks, checkpoint_id)
+        commit_all(self.sinks, checkpoint_id, group_id=self.group_id)
         return record
 
     def run(

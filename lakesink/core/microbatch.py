@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
+from lakesink.core.cut import record_cut
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import StepHook, TxnState
 from lakesink.errors import CheckpointOrderError, ConfigurationError
@@ -55,6 +56,8 @@ class MicroBatchDriver(Generic[SinkT]):
         step_hook: Called with ``after_pre_commit`` (the batch is pre-committed, the engine
             has not recorded it) and ``after_record`` (the driver found it recorded and
             commits it next), and the batch id.
+        group_id: Names the sinks' group in the cuts their readers read at
+            (``lakesink.core.cut``); default: ``where``.
 
     Raises:
         ConfigurationError: The engine's record is behind the sinks' logs (scenario 5).
@@ -67,10 +70,12 @@ class MicroBatchDriver(Generic[SinkT]):
         recorded: Callable[[], int],
         where: str,
         step_hook: StepHook | None = None,
+        group_id: str | None = None,
     ) -> None:
         if not sinks:
             raise ConfigurationError("a micro-batch driver needs at least one sink")
         self.sinks = dict(sinks)
+        self.group_id = group_id or where
         self._recorded = recorded
         self._step_hook = step_hook
         self._lock = threading.RLock()
@@ -80,6 +85,8 @@ class MicroBatchDriver(Generic[SinkT]):
                 _check_not_behind(name, sink, last, where)
             for sink in self.sinks.values():
                 sink.initialize_from_log(last)
+            # Recovery published what the engine recorded: its cut now.
+            record_cut(self.group_id, last, self.sinks.values())
         except BaseException:
             self.close(commit=False)
             raise
@@ -127,7 +134,7 @@ class MicroBatchDriver(Generic[SinkT]):
             for batch_id in pending:
                 self._step("after_record", batch_id)
             if pending:
-                commit_all(self.sinks, pending[-1])
+                commit_all(self.sinks, last, group_id=self.group_id)
                 log.info("micro-batches %s recorded by the engine: committed", pending)
             self._committed_through = max(self._committed_through, last)
             return pending

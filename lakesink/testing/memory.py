@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lakesink.core.coordinator import CheckpointRecord, CheckpointStore
+from lakesink.core.cut import Cut, CutStore, CutTable
 from lakesink.core.protocol import Clock, TransactionTimeout, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import LoggedTransaction, TransactionHolder, TransactionLog, TxnState
@@ -18,6 +19,7 @@ from lakesink.errors import AlreadyRunningError, LeaseLostError
 
 __all__ = [
     "MemoryCheckpointStore",
+    "MemoryCutStore",
     "MemoryLock",
     "MemorySink",
     "MemorySource",
@@ -47,6 +49,7 @@ class MemoryStore:
     staged: dict[str, list[object]] = field(default_factory=dict)
     target: dict[str, list[object]] = field(default_factory=dict)
     log: dict[str, tuple[int, TxnState]] = field(default_factory=dict)
+    cuts: list[Cut] = field(default_factory=list)  # what a group of its sinks recorded
 
     def visible(self) -> list[object]:
         return sorted((v for values in self.target.values() for v in values), key=str)
@@ -91,6 +94,7 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
         self.fail_writes = False
         self.fail_commits = False
         self.reasons: dict[str, str] = {}  # why each aborted or held transaction was
+        self.shown: Cut | None = None  # the cut its readers by name see
 
     def _begin_transaction(self, checkpoint_id: int) -> MemoryTxn:
         txn = MemoryTxn(f"{next(self.names)}@{checkpoint_id}")
@@ -145,6 +149,37 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
     def _record(self, transaction: MemoryTxn, state: TxnState) -> None:
         if self.logged:
             self.store.log[transaction.name] = (_checkpoint(transaction), state)
+
+    # A member of a group's cut (each sink of a group over a store of its own): its
+    # version is how many transactions its store shows.
+
+    @property
+    def cut_key(self) -> str:
+        return self.name
+
+    def cut_table(self) -> CutTable:
+        return CutTable(len(self.store.target), f"memory:{self.name}", "0")
+
+    def cut_store(self) -> MemoryCutStore:
+        return MemoryCutStore(self.store)
+
+    def show_cut(self, cut: Cut) -> None:
+        self.shown = cut
+
+
+class MemoryCutStore(CutStore):
+    """The cuts of a ``MemoryStore``, in a list."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.location = f"memory:{id(store)}"
+
+    def record(self, cut: Cut) -> None:
+        self.store.cuts.append(cut)
+
+    def latest(self, group_id: str) -> Cut | None:
+        found = [c for c in self.store.cuts if c.group_id == group_id]
+        return found[-1] if found else None
 
 
 def _checkpoint(transaction: MemoryTxn) -> int:

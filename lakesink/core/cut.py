@@ -1,0 +1,127 @@
+"""A cut across the tables of a group: the state in which readers see all of them at once.
+
+A **group** is the sinks one driver checkpoints together (a ``CheckpointCoordinator``'s, a
+``StreamingSink.for_sinks``'s): each checkpoint is committed in all of them or in none. The
+sinks publish one after the other, though, so a reader that looks at two of them in between
+sees a checkpoint in one and not yet in the other. A **cut** closes that window: once every
+sink of the group has published checkpoint N, one durable record names, for each of its
+tables, the version at which that table shows exactly the group's committed checkpoints up
+to N. Readers read every table of the group at the versions of one cut.
+
+Failure scenarios:
+
+1. Crash between two tables' publishes of checkpoint N: no cut names N yet; readers keep
+   the previous cut until the restarted driver has published N everywhere (recovery) and
+   records its cut.
+2. Crash after the publishes, before the cut is recorded: the same; the restart records it.
+3. A checkpoint held for an operator: the cut moves on without it (its rows are masked in
+   every table); the operator's commit publishes it in every table of the group and then
+   records a new cut (``lakesink commit``).
+
+A cut is recorded by the driver that committed the checkpoint (``record_cut``); the Delta
+side stores it (``lakesink.tables.cuts``) and reads tables at it (``lakesink.committed``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Cut", "CutMember", "CutStore", "CutTable", "record_cut"]
+
+
+@dataclass(frozen=True)
+class CutTable:
+    """One table in a cut: the version to read it at, where it is, and who writes it."""
+
+    version: int
+    location: str
+    writer_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cut:
+    """Where each table of a group stands once its checkpoints up to one are published.
+
+    Attributes:
+        group_id: The group (its driver's job id or checkpoint location).
+        checkpoint_id: Every committed checkpoint of the group up to this one is visible
+            at the tables' versions; none after it.
+        tables: Per table (its key in the group: a sink id), its version and location,
+            and the group's writer of it.
+    """
+
+    group_id: str
+    checkpoint_id: int
+    tables: Mapping[str, CutTable]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tables", MappingProxyType(dict(self.tables)))
+
+    @property
+    def versions(self) -> Mapping[str, int]:
+        """Per table, the version to read it at."""
+        return {key: table.version for key, table in self.tables.items()}
+
+
+class CutStore(ABC):
+    """Where a group's cuts are recorded and read back."""
+
+    #: Identifies the store: members of one group that share it record the cut once.
+    location: str
+
+    @abstractmethod
+    def record(self, cut: Cut) -> None:
+        """Make the cut durable, in one atomic write."""
+
+    @abstractmethod
+    def latest(self, group_id: str) -> Cut | None:
+        """The group's newest cut, or None before its first."""
+
+
+@runtime_checkable
+class CutMember(Protocol):
+    """A sink whose table a cut can name (the hooks a sink engine writes for cuts)."""
+
+    @property
+    def cut_key(self) -> str:
+        """The table's key in the group (unique among the tables of one store)."""
+
+    def cut_table(self) -> CutTable:
+        """The table as it stands now (the group has published through the checkpoint)."""
+
+    def cut_store(self) -> CutStore:
+        """Where the cut is recorded for this table's readers."""
+
+    def show_cut(self, cut: Cut) -> None:
+        """Make the recorded cut what this table's readers by name see (views)."""
+
+
+def record_cut(group_id: str, checkpoint_id: int, sinks: Iterable[Any]) -> Cut | None:
+    """Record the cut of a group whose sinks have all published ``checkpoint_id``.
+
+    Only a group of two or more sinks that can be cut (``CutMember``) gets a cut: a table
+    alone is read at its latest version. The cut goes to each distinct store of the sinks
+    (one, unless their journals differ), then to each sink's readers by name. Returns it,
+    or None when there is none to record.
+    """
+    members = [s for s in sinks if isinstance(s, CutMember)]
+    if len(members) < 2:
+        return None
+    cut = Cut(
+        group_id=group_id,
+        checkpoint_id=checkpoint_id,
+        tables={m.cut_key: m.cut_table() for m in members},
+    )
+    stores: dict[str, CutStore] = {}
+    for member in members:
+        store = member.cut_store()
+        stores.setdefault(store.location, store)
+    for store in stores.values():
+        store.record(cut)
+    for member in members:
+        member.show_cut(cut)
+    return cut
