@@ -1,7 +1,8 @@
 """Committed rows for engines other than Spark, read with delta-rs (no JVM).
 
 DuckDB, polars, pandas and anything else that speaks Arrow read a lakesink table through
-``arrow``: the committed rows, user columns only. The masking bit is the table's first
+``arrow``: the committed rows, user columns only (the tables of a group at one cut, as
+``lakesink.committed`` reads them). The masking bit is the table's first
 partition column, so the files of pending and aborted transactions are pruned from the
 table's log before any is opened. Spark readers use ``lakesink.committed`` (or the
 committed view by name).
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import overload
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from lakesink.errors import ConfigurationError
 from lakesink.storage.location import normalize
+from lakesink.tables.cuts import read_versions
 from lakesink.tables.deltars import arrow_dataset, read_sink_table_log
 from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
 
@@ -38,21 +41,48 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
     return arrow_dataset(table, location, file_pruning_predicate=[(VISIBLE, "=", "true")])
 
 
+@overload
 def arrow(
     path: str | Path, *, version: int | None = None, columns: Sequence[str] | None = None
-) -> pa.Table:
-    """The committed rows of the lakesink table at ``path``: user columns only, as Arrow.
+) -> pa.Table: ...
+
+
+@overload
+def arrow(path: str | Path, second: str | Path, /, *more: str | Path) -> tuple[pa.Table, ...]: ...
+
+
+def arrow(
+    path: str | Path,
+    *more: str | Path,
+    version: int | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table | tuple[pa.Table, ...]:
+    """The committed rows of lakesink tables: user columns only, as Arrow.
+
+    One path gives one table; several give one each, in order, all at one cut (the tables
+    of a group at its newest cut, as ``lakesink.committed`` reads them).
 
     Args:
-        path: The table's folder.
-        version: Read the table as of this Delta version (default: the latest).
-        columns: The user columns to return (default: all of them).
+        path: The table's folder (then more folders, read at one cut).
+        version: Read one table as of this Delta version (default: at its group's newest
+            cut, or the latest).
+        columns: The user columns to return (default: all of them; one table only).
 
     Raises:
         TableNotFoundError: No lakesink table there (or no such version).
         FormatVersionError: The table has another lakesink format.
-        ConfigurationError: ``columns`` names a column the table lacks, or a hidden one.
+        ConfigurationError: ``columns`` names a column the table lacks, or a hidden one;
+            several tables not all of one group; ``version`` or ``columns`` with several.
     """
+    locations = [normalize(p) for p in (path, *more)]
+    if more and (version is not None or columns is not None):
+        raise ConfigurationError("version= and columns= read one table; read it alone")
+    versions = {locations[0]: version} if version is not None else read_versions(locations)
+    tables = tuple(_arrow_at(p, versions[p], columns) for p in locations)
+    return tables if more else tables[0]
+
+
+def _arrow_at(path: str, version: int | None, columns: Sequence[str] | None) -> pa.Table:
     dataset = committed_dataset(path, version=version)
     user = [name for name in dataset.schema.names if not name.startswith(HIDDEN_PREFIX)]
     wanted = list(columns) if columns is not None else user

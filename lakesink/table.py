@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.core import TxnState
 from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
+from lakesink.tables.cuts import cut_version
 from lakesink.tables.deltars import read_sink_table_log
 from lakesink.tables.history import first_versions
 from lakesink.tables.journal import TransactionStatus
@@ -119,9 +120,7 @@ class Table:
         """
         found = [c for c in self.checkpoints() if c.checkpoint_id == checkpoint_id]
         if not found:
-            raise UnknownCheckpointError(
-                f"sink {self.sink_id!r} ({self.path}) has no checkpoint {checkpoint_id}"
-            )
+            raise _no_checkpoint(self, checkpoint_id)
         return found[0]
 
     def metrics(self) -> CollectorRegistry:
@@ -142,7 +141,8 @@ class Table:
         """The committed rows, user columns only, read with delta-rs (no JVM).
 
         Args:
-            checkpoint: As they were once this checkpoint was published.
+            checkpoint: As they were once this checkpoint was published (in every table
+                of its group, for a table of a group).
             version: As of this Delta version (give one or neither).
             columns: Only these user columns.
 
@@ -227,7 +227,15 @@ class Table:
             return version
         if version is not None:
             raise ValueError("give a checkpoint or a version, not both")
-        found = self.checkpoint(checkpoint)
+        # In a group, the version of the group's cut of the checkpoint: the other tables
+        # read as of it agree with this one (even one it wrote no row to).
+        in_cut = cut_version(self.sink_id, self.journal_path, checkpoint)
+        known = [c for c in self.checkpoints() if c.checkpoint_id == checkpoint]
+        if in_cut is not None and (not known or known[0].state is TxnState.COMMITTED):
+            return in_cut
+        if not known:
+            raise _no_checkpoint(self, checkpoint)
+        found = known[0]
         if found.state is not TxnState.COMMITTED or found.version is None:
             raise UnknownCheckpointError(
                 f"checkpoint {checkpoint} of sink {self.sink_id!r} is {found.state.value}"
@@ -235,6 +243,12 @@ class Table:
                 + ": there is no version of the table that published it"
             )
         return found.version
+
+
+def _no_checkpoint(table: Table, checkpoint_id: int) -> UnknownCheckpointError:
+    return UnknownCheckpointError(
+        f"sink {table.sink_id!r} ({table.path}) has no checkpoint {checkpoint_id}"
+    )
 
 
 def _checkpoint(

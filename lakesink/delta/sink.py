@@ -42,6 +42,9 @@ from pyspark.sql.types import StructType
 
 from lakesink.core import (
     Clock,
+    Cut,
+    CutStore,
+    CutTable,
     LoggedTransaction,
     TransactionHolder,
     TransactionLog,
@@ -51,7 +54,7 @@ from lakesink.core import (
     current_step_hook,
 )
 from lakesink.delta.publish import check_partition_types, check_publishable, publish
-from lakesink.delta.readers import create_committed_view, pending_rows
+from lakesink.delta.readers import create_committed_view, cut_view_name, pending_rows, show_cut
 from lakesink.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -81,7 +84,8 @@ from lakesink.spark.sql import (
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
-from lakesink.tables.deltars import has_sink_history, transaction_version
+from lakesink.tables.cuts import DeltaCutStore, cuts_path, view_cut
+from lakesink.tables.deltars import has_sink_history, table_version, transaction_version
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
@@ -264,6 +268,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # The txnVersion of this writer's last append (sent, maybe not committed); read
         # from the table when the sink starts, so versions only grow across restarts.
         self._txn_version = 0
+        # The group cut view its committed view reads through ("": none); None until the
+        # first cut this process records decides it.
+        self._cut_view: str | None = None
 
     @classmethod
     def open(cls, spark: SparkSession, path: str, **arguments: Any) -> DeltaSink:
@@ -305,6 +312,46 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
         return pending_rows(self.spark, self.table, [transaction.txn_id])
+
+    # ------------------------------------------------- a table in a group's cut
+
+    @property
+    def cut_key(self) -> str:
+        """How the table is named in a cut: its sink id, as in the journal."""
+        return self.sink_id
+
+    def cut_table(self) -> CutTable:
+        """The table's newest version (a cut is recorded once the group published)."""
+        return CutTable(table_version(self.path), self.path, self.writer_id)
+
+    def cut_store(self) -> CutStore:
+        """The cuts table beside the sink's journal."""
+        return DeltaCutStore(cuts_path(self.journal_path))
+
+    def show_cut(self, cut: Cut) -> None:
+        """Point the committed view at the group's cut (once), and move the cut along.
+
+        Decided at the first cut this process records: a table that others than its group
+        write keeps a view of its latest commits (``lakesink.tables.cuts.view_cut``). A
+        sink that has not started (an operator's) has no view to point.
+        """
+        if self._table is None:
+            return
+        if self._cut_view is None:
+            group = view_cut(self.sink_id, self.journal_path)
+            self._cut_view = ""
+            if group is not None and group.group_id == cut.group_id:
+                self._cut_view = cut_view_name(self.view_name, cut.group_id)
+                show_cut(self.spark, self._cut_view, cut.checkpoint_id)
+                create_committed_view(
+                    self.spark,
+                    self.path,
+                    self.view_name,
+                    self.schema.fieldNames(),
+                    cut_view=self._cut_view,
+                )
+        elif self._cut_view:
+            show_cut(self.spark, self._cut_view, cut.checkpoint_id)
 
     # ----------------------------------------------------------------- hooks
 

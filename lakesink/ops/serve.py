@@ -33,6 +33,8 @@ __all__ = ["ServeOptions", "delta_class_path", "serve"]
 log = logging.getLogger(__name__)
 
 THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+# How often the views of a group's tables move on to its newest cut.
+CUT_REFRESH_S = 1.0
 # Only these: the packages' other jars (Unity Catalog's client) bring a Jackson that
 # clashes with Spark's on the driver's class path.
 _CLASS_PATH_JARS = ("io.delta_delta-spark", "io.delta_delta-storage")
@@ -102,7 +104,7 @@ def serve(
         TableNotFoundError, FormatVersionError: A table of ``tables`` is not a lakesink
             table of this version.
     """
-    from lakesink.delta.readers import create_committed_view
+    from lakesink.delta.readers import CommittedViews
     from lakesink.jvm import listening
     from lakesink.spark.session import METASTORE_ENV, METASTORE_URL_ENV, spark_session
     from lakesink.tables.format import read_sink_table
@@ -130,14 +132,16 @@ def serve(
     )
     server = None
     try:
-        for path in options.tables:
-            table = read_sink_table(spark, normalize(path))
-            create_committed_view(spark, table.path, table.sink_id, table.schema.fieldNames())
+        tables = [read_sink_table(spark, normalize(path)) for path in options.tables]
+        views = CommittedViews(spark, tables)
+        for table in tables:
             log.info("view %s: the committed rows of %s", table.sink_id, table.path)
         thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver  # type: ignore[union-attr]
         server = thrift.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
         ready(f"jdbc:hive2://{options.host}:{options.port}/default")
-        stop.wait()
+        # The views of a group's tables read at its newest cut: moved on as writers cut.
+        while not stop.wait(CUT_REFRESH_S):
+            views.refresh()
         log.info("stopping the SQL server")
     finally:
         if server is not None:

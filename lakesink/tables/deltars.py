@@ -35,7 +35,8 @@ from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
 from pyspark.sql.types import StructType
 
 from lakesink.errors import TableNotFoundError
-from lakesink.storage.location import is_uri
+from lakesink.storage.files import folder_names
+from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
 from lakesink.tables.format import SinkTable, check_format, sink_table
 from lakesink.tables.history import HistoryEntry, history_entry
@@ -51,6 +52,7 @@ __all__ = [
     "partition_files",
     "read_log_rows",
     "read_sink_table_log",
+    "table_version",
     "transaction_version",
 ]
 
@@ -115,7 +117,8 @@ def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkT
     Raises: as ``lakesink.tables.format.read_sink_table``; TableNotFoundError also for a
     version the table does not have.
     """
-    table = _open(path, f"no Delta table at {path}; pass the folder of a lakesink table", version)
+    missing = f"no Delta table at {path}; pass the folder of a lakesink table"
+    table = _open(path, missing, version)
     metadata = table.metadata()
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     found = sink_table(path, metadata.configuration, metadata.partition_columns, schema)
@@ -131,6 +134,19 @@ def delta_table(path: str, *, version: int | None = None) -> DeltaTable:
         version=version,
         storage_options=storage.deltars_options(path) or None,
     )
+
+
+def table_version(path: str) -> int:
+    """The newest version of the Delta table at ``path``: its newest commit in the log
+    (listed, not read: delta-rs would load every file of the table)."""
+    versions = [
+        int(n.split(".")[0])
+        for n in folder_names(join(path, "_delta_log"))
+        if n.endswith(".json") and n.split(".")[0].isdigit()
+    ]
+    if not versions:
+        raise TableNotFoundError(f"no Delta table at {path}")
+    return max(versions)
 
 
 def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:

@@ -1,11 +1,13 @@
 """The lakesink table format, all in one place: hidden columns, properties, format versions.
 
-Three kinds of Delta table carry it:
+Four kinds of Delta table carry it:
 
 - a **sink table**: the user's columns after four hidden ones, partitioned by the masking
   bit and the pending transaction (then by the user's own partition columns, if any), with
   the properties below;
 - the **journal**: an append-only table of transaction events (``lakesink.tables.journal``);
+- the **cuts** beside the journal: an append-only table of the cuts of groups of tables
+  (``lakesink.tables.cuts``), one row per table per cut;
 - the **checkpoint table** of a job (``lakesink.tables.checkpoints``).
 
 Each records ``lakesink.formatVersion``. A table written before the property existed is
@@ -40,6 +42,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -59,6 +62,8 @@ __all__ = [
     "CHECKPOINTS_SCHEMA",
     "CHECKPOINT_ID",
     "COMMITTED_FILTER",
+    "CUTS_FORMAT",
+    "CUTS_SCHEMA",
     "FORMAT_PROPERTY",
     "HIDDEN_FIELDS",
     "HIDDEN_PREFIX",
@@ -120,6 +125,21 @@ JOURNAL_SCHEMA = (
     "txn_id STRING NOT NULL, writer_id STRING NOT NULL, state STRING NOT NULL, "
     "event_time TIMESTAMP NOT NULL, attempt INT NOT NULL, row_count BIGINT, "
     "error STRING, detail STRING, validation STRING"
+)
+# The cuts of groups of tables (lakesink.core.cut): one row per table and cut, all of a
+# cut in one commit. A table is named by its sink id, as in the journal, and located as the
+# sink that wrote it recorded it.
+CUTS_FORMAT = 1
+CUTS_SCHEMA = pa.schema(
+    [
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("checkpoint_id", pa.int64(), nullable=False),
+        pa.field("sink_id", pa.string(), nullable=False),
+        pa.field("table_path", pa.string(), nullable=False),
+        pa.field("table_version", pa.int64(), nullable=False),
+        pa.field("writer_id", pa.string(), nullable=False),
+        pa.field("recorded_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
 )
 # Format 2: the source's position is opaque text and what a checkpoint consumed is JSON in
 # ``detail``; in format 1 the job's ids and its sinks' could differ.

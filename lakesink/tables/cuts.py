@@ -1,0 +1,228 @@
+"""The cuts table beside a journal: where a group's cuts are recorded and read (delta-rs).
+
+``_lakesink_cuts`` sits beside the journal of the group's tables (its sinks share one
+journal unless told otherwise; a group whose journals differ records its cuts beside each).
+Every cut is appended whole in one commit (a blind append, which never conflicts), one row
+per table. Readers find a table's cuts by its sink id and read the table at the version of
+its group's newest cut (``versions_at_cut``); what a group is, and why, is in
+``lakesink.core.cut``.
+
+Which cut is the newest: the one with the highest checkpoint id, and among cuts of one
+checkpoint (an operator's commit of a held checkpoint records the group again) the one
+recorded last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from lakesink.core.cut import Cut, CutStore, CutTable
+from lakesink.errors import ConfigurationError
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.location import join, parent
+from lakesink.storage.options import StorageOptions
+from lakesink.tables.deltars import delta_table, read_log_rows, read_sink_table_log
+from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, FORMAT_PROPERTY, JOURNAL_FORMAT
+
+__all__ = [
+    "CUTS_NAME",
+    "DeltaCutStore",
+    "cut_version",
+    "cuts_path",
+    "group_cut",
+    "newest_cuts",
+    "read_versions",
+    "versions_at_cut",
+    "view_cut",
+]
+
+log = logging.getLogger(__name__)
+
+CUTS_NAME = "_lakesink_cuts"
+
+
+def cuts_path(journal_path: str) -> str:
+    """Where the cuts of tables journaled in ``journal_path`` are: beside the journal."""
+    return join(parent(journal_path), CUTS_NAME)
+
+
+class DeltaCutStore(CutStore):
+    """The cuts table at ``path`` (made on the first record)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.location = path
+
+    def record(self, cut: Cut) -> None:
+        now = datetime.now(timezone.utc)
+        keys = sorted(cut.versions)
+        rows = pa.Table.from_pydict(
+            {
+                "group_id": [cut.group_id] * len(keys),
+                "checkpoint_id": [cut.checkpoint_id] * len(keys),
+                "sink_id": keys,
+                "table_path": [cut.tables[k].location for k in keys],
+                "table_version": [cut.tables[k].version for k in keys],
+                "writer_id": [cut.tables[k].writer_id for k in keys],
+                "recorded_at": [now] * len(keys),
+            },
+            schema=CUTS_SCHEMA,
+        )
+        table = self._table()
+        write_deltalake(table, rows, mode="append")
+        log.info(
+            "cut of group %s at checkpoint %d: %s",
+            cut.group_id,
+            cut.checkpoint_id,
+            ", ".join(f"{k}@{cut.tables[k].version}" for k in keys),
+        )
+
+    def latest(self, group_id: str) -> Cut | None:
+        return newest_cuts(self.rows(group_id=group_id)).get(group_id)
+
+    def rows(self, **equal: str) -> list[dict[str, Any]]:
+        """Its rows whose columns equal ``equal`` (none before the first cut)."""
+        if not is_delta_table(self.path):
+            return []
+        return read_log_rows(self.path, what="cuts table", version=CUTS_FORMAT, missing="", **equal)
+
+    def _table(self) -> DeltaTable:
+        if not is_delta_table(self.path):
+            storage = StorageOptions.from_env()
+            try:
+                DeltaTable.create(
+                    storage.deltars_uri(self.path),
+                    CUTS_SCHEMA,
+                    mode="ignore",
+                    configuration={"delta.appendOnly": "true", FORMAT_PROPERTY: str(CUTS_FORMAT)},
+                    storage_options=storage.deltars_options(self.path) or None,
+                    raise_if_key_not_exists=False,  # lakesink's own property
+                )
+            except DeltaError:  # another writer of the group made it meanwhile
+                if not is_delta_table(self.path):
+                    raise
+        return delta_table(self.path)
+
+
+def newest_cuts(rows: Iterable[Mapping[str, Any]]) -> dict[str, Cut]:
+    """Each group's newest cut among the rows of a cuts table."""
+    by_cut: dict[tuple[str, int, datetime], dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        by_cut[(row["group_id"], row["checkpoint_id"], row["recorded_at"])][row["sink_id"]] = row
+    newest: dict[str, tuple[tuple[int, datetime], Cut]] = {}
+    for (group_id, checkpoint_id, at), members in by_cut.items():
+        order = (checkpoint_id, at)
+        if group_id in newest and newest[group_id][0] >= order:
+            continue
+        cut = Cut(
+            group_id=group_id,
+            checkpoint_id=checkpoint_id,
+            tables={
+                k: CutTable(int(r["table_version"]), r["table_path"], r["writer_id"])
+                for k, r in members.items()
+            },
+        )
+        newest[group_id] = (order, cut)
+    return {group_id: cut for group_id, (_, cut) in newest.items()}
+
+
+def _newest_of(journals: Iterable[str]) -> dict[str, Cut]:
+    rows: list[Mapping[str, Any]] = []
+    for journal in sorted(set(journals)):
+        rows.extend(DeltaCutStore(cuts_path(journal)).rows())
+    return newest_cuts(rows)
+
+
+def _group_of(sink_id: str, cuts: Mapping[str, Cut]) -> Cut | None:
+    """The newest cut of the one group the table is in; None for none or several."""
+    found = [cut for cut in cuts.values() if sink_id in cut.tables]
+    return found[0] if len(found) == 1 else None
+
+
+def versions_at_cut(tables: Mapping[str, tuple[str, str]]) -> dict[str, int | None]:
+    """The version to read each table at: its group's newest cut's, else None (the latest).
+
+    ``tables`` maps each table's location to its sink id and journal. A table in no group
+    is read at its latest version; so is one that several groups write (two streaming
+    queries into one table): a cut of one group says nothing of the other's commits.
+    Tables read together must be of one group to be read at one cut.
+
+    Raises:
+        ConfigurationError: The tables are of different groups (or some of a group, some
+            of none), so no one cut holds them all.
+    """
+    cuts = _newest_of(journal for _, journal in tables.values())
+    chosen: dict[str, int | None] = {}
+    groups: set[str | None] = set()
+    for location, (sink_id, _) in tables.items():
+        cut = _group_of(sink_id, cuts)
+        groups.add(cut.group_id if cut else None)
+        chosen[location] = cut.tables[sink_id].version if cut else None
+    if len(tables) > 1 and len(groups) > 1:
+        raise ConfigurationError(
+            "the tables "
+            + ", ".join(tables)
+            + " are not all of one group (the sinks one job or streaming query commits "
+            "together), so no one cut holds them; read them one by one"
+        )
+    return chosen
+
+
+def group_cut(sink_id: str, journal_path: str) -> Cut | None:
+    """The newest cut of the one group the table of ``sink_id`` is in (None: none, or
+    several)."""
+    return _group_of(sink_id, _newest_of([journal_path]))
+
+
+def view_cut(sink_id: str, journal_path: str) -> Cut | None:
+    """The newest cut of the table's group, if its views by name should read at its cuts.
+
+    Views filter the group's rows by checkpoint id (``lakesink.delta.readers``), which is
+    right only for a table that its group alone writes: in one group, and every writer the
+    journal knows of it is the group's. Otherwise None: its views show its latest commits.
+    """
+    cut = group_cut(sink_id, journal_path)
+    if cut is None:
+        return None
+    writers = {
+        row["writer_id"]
+        for row in read_log_rows(
+            journal_path, what="journal", version=JOURNAL_FORMAT, missing="", sink_id=sink_id
+        )
+    }
+    return cut if writers <= {cut.tables[sink_id].writer_id} else None
+
+
+def read_versions(paths: Sequence[str]) -> dict[str, int | None]:
+    """``versions_at_cut`` for the lakesink tables at ``paths`` (their logs say who they are).
+
+    Raises: as ``versions_at_cut``; TableNotFoundError, FormatVersionError for a path that
+    holds no lakesink table of this version.
+    """
+    tables = {}
+    for path in paths:
+        found, _ = read_sink_table_log(path)
+        tables[path] = (found.sink_id, found.journal_path)
+    return versions_at_cut(tables)
+
+
+def cut_version(sink_id: str, journal_path: str, checkpoint_id: int) -> int | None:
+    """The version of the table of ``sink_id`` in its group's cut of ``checkpoint_id``: the
+    table as the group showed once that checkpoint was published everywhere (None: the
+    table is in no group, or the group recorded no cut of that checkpoint)."""
+    found = [
+        r
+        for r in DeltaCutStore(cuts_path(journal_path)).rows(sink_id=sink_id)
+        if r["checkpoint_id"] == checkpoint_id
+    ]
+    if len({r["group_id"] for r in found}) != 1:
+        return None
+    return int(max(found, key=lambda r: r["recorded_at"])["table_version"])

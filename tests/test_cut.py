@@ -1,0 +1,173 @@
+"""A checkpoint's tables read as one: readers of a group's tables see one cut.
+
+A streaming query writes orders and per-batch totals through ``StreamingSink.for_sinks``;
+the totals of a batch count its orders, so in any consistent read the orders counted
+equal the totals summed. A reader in this process reads both tables in one call, over and
+over, while the query runs: through ``lakesink.committed(spark, orders, totals)``
+aggregated in one query, through ``lakesink.arrow(orders, totals)``, and through one SQL
+statement over both committed views.
+
+How the test knows the read raced the publishes: a step hook holds the commit of every
+batch right after orders published it and before totals did, until the reader has read
+once in that window. The positive control reads both tables at their latest versions
+(what readers did before cuts) in that same window, and must disagree every time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from pyspark.sql import functions as F
+
+import lakesink
+from lakesink.core import step_hook
+from lakesink.delta.sink import DeltaSink
+from lakesink.errors import ConfigurationError
+from lakesink.storage.location import join
+from lakesink.streaming import StreamingSink
+from lakesink.tables.cuts import DeltaCutStore, cuts_path
+from lakesink.tables.format import VISIBLE
+
+SCHEMA = "order_id BIGINT, customer STRING"
+TOTALS = "customer STRING, orders BIGINT"
+BATCHES, PER_BATCH = 3, 4
+
+
+def landing(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for batch in range(BATCHES):
+        rows = [{"order_id": batch * 100 + i, "customer": f"c{i % 2}"} for i in range(PER_BATCH)]
+        draft = folder / f".b{batch}.tmp"
+        draft.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        draft.rename(folder / f"b{batch}.json")
+
+
+def agree_in_one_query(orders, totals) -> bool:
+    """One Spark query over both: the orders counted and the totals summed."""
+    row = (
+        orders.agg(F.count("*").alias("n"))
+        .crossJoin(totals.agg(F.coalesce(F.sum("orders"), F.lit(0)).alias("m")))
+        .first()
+    )
+    return row.n == row.m
+
+
+def agree_in_arrow(orders, totals) -> bool:
+    summed = pc.sum(totals.column("orders")).as_py() or 0
+    return orders.num_rows == summed
+
+
+def latest(spark, path: str):
+    """What a reader of the table's latest version sees (the control)."""
+    return spark.read.format("delta").load(path).where(f"{VISIBLE} = true")
+
+
+@pytest.fixture
+def stream(spark, tmp_path, lake, commit):
+    """A two-table streaming query, held after each batch's orders publish until told."""
+    landing(tmp_path / "landing")
+    orders, totals = join(lake, "orders"), join(lake, "totals")
+    chk = join(lake, "chk")
+    window, read_in_window = threading.Event(), threading.Event()
+    published: Counter[int] = Counter()
+
+    def hook(step: str, batch_id: int) -> None:
+        if step == "after_flip":
+            published[batch_id] += 1
+            if published[batch_id] == 1:  # orders published the batch, totals not yet
+                window.set()
+                assert read_in_window.wait(timeout=300), "the reader never read"
+                read_in_window.clear()
+
+    def process(batch, sinks) -> None:
+        sinks["orders"].write(batch.select("order_id", "customer"))
+        sinks["totals"].write(batch.groupBy("customer").agg(F.count("*").alias("orders")))
+
+    with step_hook(hook):
+        sinks = {
+            "orders": DeltaSink(spark, orders, schema=SCHEMA, commit=commit, view_name="c_orders"),
+            "totals": DeltaSink(spark, totals, schema=TOTALS, commit=commit, view_name="c_totals"),
+        }
+        sink = StreamingSink.for_sinks(spark, sinks, checkpoint_location=chk, process=process)
+    source = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "landing"))
+    )
+    query = (
+        source.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", chk)
+        .trigger(availableNow=True)
+        .start()
+    )
+    yield orders, totals, query, window, read_in_window, sink
+    query.stop()
+
+
+def test_one_call_reads_of_a_two_table_stream_always_see_one_cut(spark, stream, lake):
+    orders, totals, query, window, read_in_window, sink = stream
+    windows, reads = [], 0
+    deadline = time.monotonic() + 900
+    while len(windows) < BATCHES:  # every batch's commit waits for one read in its window
+        assert time.monotonic() < deadline, f"only {len(windows)} of {BATCHES} windows came"
+        in_window = window.is_set()
+        both = lakesink.committed(spark, orders, totals)
+        assert agree_in_one_query(*both), "a one-query read saw two cuts"
+        assert agree_in_arrow(*lakesink.arrow(orders, totals)), "an Arrow read saw two cuts"
+        assert spark.sql(
+            "SELECT (SELECT count(*) FROM c_orders) = "
+            "(SELECT coalesce(sum(orders), 0) FROM c_totals)"
+        ).first()[0], "one SQL statement over both views saw two cuts"
+        reads += 1
+        if in_window:
+            windows.append(agree_in_one_query(latest(spark, orders), latest(spark, totals)))
+            window.clear()
+            read_in_window.set()
+    query.awaitTermination()
+    sink.close()
+    assert not any(windows), "the control: the latest versions disagree inside each window"
+    final = lakesink.committed(spark, orders, totals)
+    assert final[0].count() == BATCHES * PER_BATCH and agree_in_one_query(*final)
+    assert reads > len(windows)
+
+
+@pytest.mark.parametrize(("lake", "commit"), [("local", "metadata")], indirect=True)
+def test_a_cut_names_every_table_of_the_group_at_its_version(spark, stream, lake):
+    orders, totals, query, window, read_in_window, sink = stream
+    for _ in range(BATCHES):  # no reader: let every batch's commit through
+        assert window.wait(timeout=900)
+        window.clear()
+        read_in_window.set()
+    query.awaitTermination()
+    sink.close()
+    table = lakesink.Table(orders)
+    cut = DeltaCutStore(cuts_path(table.journal_path)).latest(join(lake, "chk"))
+    assert cut is not None and cut.checkpoint_id == BATCHES - 1
+    assert set(cut.tables) == {"orders", "totals"}
+    for key, path in (("orders", orders), ("totals", totals)):
+        assert cut.tables[key].location == path
+        assert cut.tables[key].version == lakesink.Table(path).checkpoint(BATCHES - 1).version
+    # Read as of a checkpoint, both tables of the group agree, each at that checkpoint's cut.
+    for checkpoint in range(BATCHES):
+        as_of = [lakesink.Table(p).arrow(checkpoint=checkpoint) for p in (orders, totals)]
+        assert as_of[0].num_rows == (checkpoint + 1) * PER_BATCH
+        assert agree_in_arrow(*as_of)
+
+
+def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
+    a, b = (str(tmp_path / name) for name in ("a", "b"))
+    for path in (a, b):
+        with DeltaSink.open(spark, path, schema=SCHEMA, view_name=f"v_{Path(path).name}") as s:
+            s.write(spark.createDataFrame([(1, "x")], SCHEMA))
+            s.notify_checkpoint_complete(s.checkpoint())
+    # Neither is in a group: each at its latest version, together too.
+    first, second = lakesink.committed(spark, a, b)
+    assert first.count() == second.count() == 1
+    with pytest.raises(ConfigurationError, match="version= reads one table"):
+        lakesink.committed(spark, a, b, version=1)
