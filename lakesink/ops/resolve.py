@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import SparkSession
 
-from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
+from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import UnknownCheckpointError
-from lakesink.ops.status import sink_status
+from lakesink.ops.status import SinkStatus, sink_status
+from lakesink.tables.cuts import group_cut
+from lakesink.tables.deltars import read_sink_table_log
 from lakesink.tables.format import read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from lakesink.spark.validation import ValidationGate
 
 __all__ = [
+    "checkpoint_tables",
     "create_checkpoint_view",
     "pending_transactions",
     "resolve_checkpoint",
@@ -38,10 +41,21 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatus]:
-    """The transactions of a checkpoint that are not yet committed or aborted.
+def checkpoint_tables(path: str) -> tuple[Cut | None, dict[str, str]]:
+    """Where a checkpoint of the table at ``path`` is resolved: in every table of its group
+    (and the group's newest cut), or in the table alone; the tables by sink id."""
+    found, _ = read_sink_table_log(path)
+    cut = group_cut(found.sink_id, found.journal_path)
+    if cut is None:
+        return None, {found.sink_id: path}
+    return cut, {key: table.location for key, table in cut.tables.items()}
 
-    Read from the table's log and its journal with delta-rs, no JVM: a command refuses a
+
+def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatus]:
+    """The transactions of a checkpoint that are not yet committed or aborted, in the table
+    at ``path`` and, for a table of a group, in every table of its group.
+
+    Read from the tables' logs and journals with delta-rs, no JVM: a command refuses a
     wrong table or checkpoint in a fraction of a second, before Spark starts.
 
     Raises:
@@ -50,21 +64,31 @@ def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatu
         UnknownCheckpointError: Nothing of the checkpoint is pending; the message says
             whether it is already committed, was aborted, or never was.
     """
-    status = sink_status(path)
-    found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
+    _, tables = checkpoint_tables(path)
+    found = [
+        t
+        for table in tables.values()
+        for t in _unfinished(sink_status(table))
+        if t.checkpoint_id == checkpoint_id
+    ]
     if found:
         return found
+    status = sink_status(path)
     if any(t.checkpoint_id == checkpoint_id for t in status.committed):
         why = "it is already committed"
     elif any(t.checkpoint_id == checkpoint_id for t in status.aborted):
         why = "it was aborted (its rows never become visible; the vacuum removes them)"
     else:
         why = "the sink has no such checkpoint"
-    unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
+    unfinished = sorted({t.checkpoint_id for t in _unfinished(status)})
     raise UnknownCheckpointError(
         f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id}: {why} "
         f"(pending checkpoints: {', '.join(map(str, unfinished)) or 'none'})"
     )
+
+
+def _unfinished(status: SinkStatus) -> list[TransactionStatus]:
+    return [*status.pending, *status.held]
 
 
 def create_checkpoint_view(
@@ -98,9 +122,12 @@ def resolve_checkpoint(
 ) -> list[TransactionStatus]:
     """Commit or abort every pending transaction of the checkpoint; return them.
 
-    Every transaction is checked before any writer's is touched. ``mode`` is how a commit
-    makes the rows visible, as ``SinkOptions.commit``: ``"merge"`` or ``"metadata"`` (the
-    files added again as committed, no row rewritten; the table must allow it).
+    In a table of a group (``lakesink.core.cut``) the checkpoint is committed or aborted in
+    every table of the group, never in one alone, and a commit then records the group's
+    new cut: readers see it in all the tables at once. Every transaction is checked before
+    any writer's is touched. ``mode`` is how a commit makes the rows visible, as
+    ``SinkOptions.commit``: ``"merge"`` or ``"metadata"`` (the files added again as
+    committed, no row rewritten; the table must allow it).
 
     Raises:
         UnknownCheckpointError: Nothing is pending in that checkpoint.
@@ -111,18 +138,30 @@ def resolve_checkpoint(
             write exactly.
     """
     SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
+    cut, tables = checkpoint_tables(path)
     transactions = pending_transactions(path, checkpoint_id)
     commit = action == "commit"
     check_resolvable([_logged(t) for t in transactions], commit=commit)
-    for writer_id in sorted({t.writer_id for t in transactions}):
-        mine = [t for t in transactions if t.writer_id == writer_id]
-        rows = sum(t.row_count or 0 for t in mine)
-        progress(f"{action} checkpoint {checkpoint_id}: writer {writer_id}, {rows} rows")
-        options = SinkOptions(sink_id=mine[0].sink_id, writer_id=writer_id, commit=mode)
-        DeltaSink(spark, path, options=options).resolve(
-            checkpoint_id, commit=commit, reason=f"operator {action}"
-        )
+    sinks = []
+    for sink_id, table in sorted(tables.items()):
+        mine = [t for t in transactions if t.sink_id == sink_id]
+        for writer_id in sorted({t.writer_id for t in mine}):
+            rows = sum(t.row_count or 0 for t in mine if t.writer_id == writer_id)
+            progress(
+                f"{action} checkpoint {checkpoint_id} of {table}: writer {writer_id}, {rows} rows"
+            )
+            options = SinkOptions(sink_id=sink_id, writer_id=writer_id, commit=mode)
+            sink = DeltaSink(spark, table, options=options)
+            sink.resolve(checkpoint_id, commit=commit, reason=f"operator {action}")
+            sinks.append(sink)
+    if cut is not None and commit:
+        record_cut(cut.group_id, max(cut.checkpoint_id, checkpoint_id), _one_per_table(sinks))
+        progress(f"the group's tables are read at its new cut: {', '.join(sorted(tables))}")
     return transactions
+
+
+def _one_per_table(sinks: list[DeltaSink]) -> list[DeltaSink]:
+    return list({sink.sink_id: sink for sink in sinks}.values())
 
 
 def revalidate_checkpoint(

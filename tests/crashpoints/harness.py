@@ -461,6 +461,30 @@ def check(lake: str, scenario: Scenario, local: Path) -> list[str]:
     return problems
 
 
+def check_one_cut(lake: str, scenario: Scenario, when: str) -> list[str]:
+    """What is wrong with a read of the scenario's group of tables at one cut."""
+    if scenario.one_cut is None:
+        return []
+    import lakesink
+    from lakesink.errors import TableNotFoundError
+    from lakesink.storage.location import join
+
+    first, second, ratio = scenario.one_cut
+    paths = [join(lake, first), join(lake, second)]
+    try:
+        tables = lakesink.arrow(*paths)
+    except TableNotFoundError:
+        return []  # not both made yet: nothing to read
+    except Exception as exc:
+        return [f"{when}: the tables are not readable together ({exc})"]
+    if tables[0].num_rows != ratio * tables[1].num_rows:
+        return [
+            f"{when}: read at one cut, {first} has {tables[0].num_rows} rows and {second} "
+            f"{tables[1].num_rows} (expected {ratio} to 1)"
+        ]
+    return []
+
+
 # -------------------------------------------------------------------- driving
 
 
@@ -529,6 +553,7 @@ class Harness:
         if observation.killed_at is None and code != 0:
             outcome.problems.append(f"not killed, yet exited {code} ({local / 'run.log'})")
         (local / "run.log").rename(local / "killed-run.log")
+        outcome.problems.extend(check_one_cut(lake, scenario, "right after the kill"))
         restart, took, _ = _run(
             self.store, name, "run", lake, local, mode, timeout=RESTART_TIMEOUT_S
         )
@@ -539,6 +564,7 @@ class Harness:
             outcome.problems.append(f"restart exited {restart} ({local / 'run.log'})")
         else:
             outcome.problems.extend(check(lake, scenario, local))
+            outcome.problems.extend(check_one_cut(lake, scenario, "after the restart"))
         return outcome
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = "id BIGINT, item STRING"
+TABLES = ("orders", "totals")
 ORDERS_RAW = "order_id BIGINT, customer STRING, amount DOUBLE, ordered_at STRING"
 
 
@@ -42,6 +43,9 @@ class Scenario:
         setup: Whether it has a setup phase.
         summary: What it does, for the report.
         id_column: The user column that holds the ids.
+        one_cut: Two tables of a group, and how many rows of the first each row of the
+            second goes with: read together (at one cut) they agree, even right after a
+            kill between their publishes.
     """
 
     name: str
@@ -50,6 +54,7 @@ class Scenario:
     setup: bool = False
     summary: str = ""
     id_column: str = "id"
+    one_cut: tuple[str, str, int] | None = None
 
 
 def _ids(*ranges: range) -> tuple[int, ...]:
@@ -79,19 +84,22 @@ SCENARIOS = {
             {"orders": _ids(range(1, 3)), "totals": _ids(range(1, 2))},
             setup=True,
             summary="a two-table checkpoint of the checkpoint coordinator",
+            one_cut=("orders", "totals", 2),
         ),
         Scenario(
             "operator-commit",
             ("merge", "metadata"),
-            {"orders": _ids(range(1, 4), range(4, 7))},
+            {"orders": _ids(range(1, 4), range(4, 7)), "totals": _ids(range(1, 4), range(4, 7))},
             setup=True,
+            one_cut=("orders", "totals", 1),
             summary="`lakesink commit` of a held checkpoint",
         ),
         Scenario(
             "operator-abort",
             (None,),
-            {"orders": _ids(range(1, 4))},
+            {"orders": _ids(range(1, 4)), "totals": _ids(range(1, 4))},
             setup=True,
+            one_cut=("orders", "totals", 1),
             summary="`lakesink abort` of a held checkpoint",
         ),
         Scenario(
@@ -256,16 +264,23 @@ def two_table(lake: str, mode: str) -> None:
 
 
 def _held(spark, lake: str, mode: str) -> None:  # type: ignore[no-untyped-def]
-    """Checkpoint 1 committed, checkpoint 2 pre-committed and held for an operator."""
+    """A group of two tables (as one job's): checkpoint 1 committed in both and its cut
+    recorded, checkpoint 2 pre-committed and held for an operator in both (as the
+    validation gate of one table holds a checkpoint in every table of its job)."""
     from lakesink.core import TxnState
+    from lakesink.core.checkpointing import commit_all, pre_commit_all
 
-    table = _join(lake, "orders")
-    with _sink(spark, table, mode or "merge") as sink:
-        sink.write(_rows(spark, range(1, 4)))
-        sink.notify_checkpoint_complete(sink.checkpoint())
-        sink.write(_rows(spark, range(4, 7)))
-        held = sink.checkpoint()
-        sink.withhold(held, TxnState.HELD, "waits for an operator")
+    sinks = {
+        name: _sink(spark, _join(lake, name), mode or "merge") for name in ("orders", "totals")
+    }
+    for checkpoint, batch in ((1, range(1, 4)), (2, range(4, 7))):
+        for sink in sinks.values():
+            sink.write(_rows(spark, batch))
+        pre_commit_all(sinks, checkpoint)
+    commit_all(sinks, 1, group_id="held-job")
+    for sink in sinks.values():
+        sink.withhold(2, TxnState.HELD, "waits for an operator")
+        sink.close()
 
 
 def operator_setup(lake: str, mode: str) -> None:
