@@ -38,6 +38,7 @@ from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.core import step_hook_from_env
+from lakesink.delta.modes import COMMIT_MODES
 from lakesink.errors import LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--journal", help="journal table (default: beside the table)")
     parser.add_argument(
         "--commit",
-        choices=("merge", "metadata"),
+        choices=COMMIT_MODES,
         default="merge",
         help="how a checkpoint is made visible: a Delta MERGE that rewrites its rows "
         "(default), or a metadata commit that adds its files again as committed "

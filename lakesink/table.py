@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lakesink.core.validation import ValidationReport
+    from lakesink.delta.modes import CommitMode
     from lakesink.ops.audit import AuditReport
     from lakesink.ops.status import SinkStatus
     from lakesink.ops.vacuum import VacuumReport
@@ -175,7 +176,7 @@ class Table:
     # ------------------------------------------------------------------ operations
 
     def commit(
-        self, spark: SparkSession, checkpoint_id: int, *, mode: str = "merge"
+        self, spark: SparkSession, checkpoint_id: int, *, mode: CommitMode = "merge"
     ) -> list[TransactionStatus]:
         """Publish a pending or held checkpoint by hand (its writers must be stopped).
 

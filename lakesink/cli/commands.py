@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
+from lakesink.delta.modes import COMMIT_MODES
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
@@ -436,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         resolve[action].set_defaults(func=_resolve)
     resolve["commit"].add_argument(
         "--mode",
-        choices=("merge", "metadata"),
+        choices=COMMIT_MODES,
         default="merge",
         help="how the rows become visible: a Delta MERGE that rewrites them into the "
         "committed partition (default), or a metadata commit that adds their files again as "
@@ -511,10 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_table = commands.add_parser(
         "migrate-table",
         help="rewrite a sink table of an older lakesink format in place",
-        description="Rewrite a lakesink table of format 1 (partitioned by checkpoint and "
-        "transaction id) in format 2 (partitioned by the masking bit and the pending "
-        "transaction, so readers skip masked files), in place and in one Delta commit; every "
-        "row and transaction state is kept. Refused while a writer of the table runs. "
+        description="Rewrite a lakesink table of an older format (1 to 3) in the current "
+        "one (partitioned by the masking bit and the pending transaction; partition values "
+        "in the Delta log and the folders only, so every engine reads the right rows), in "
+        "place and in one Delta commit; every row and transaction state is kept. Refused "
+        "while a writer of the table runs. "
         "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input, 75 a "
         "writer of the table runs.",
     )

@@ -53,30 +53,26 @@ from lakesink.core import (
     TxnState,
     current_step_hook,
 )
-from lakesink.delta.publish import check_partition_types, check_publishable, publish
+from lakesink.delta.committer import Committable, committer
+from lakesink.delta.modes import COMMIT_MODES, CommitMode
+from lakesink.delta.publish import check_partition_types, check_publishable
 from lakesink.delta.readers import create_committed_view, cut_view_name, pending_rows, show_cut
 from lakesink.errors import (
-    CommitFailedError,
     CommitStateUnknownError,
     ConfigurationError,
     ProtocolError,
     TableNotFoundError,
 )
 from lakesink.spark.settings import (
-    USER_METADATA_CONF,
     WRITE_SETTINGS,
     CommitRetry,
-    conflict_exceptions,
     labelled,
-    merge_settings,
-    retry_on_conflict,
     session_conf,
 )
 from lakesink.spark.sql import (
     check_column_names,
     check_file_name_part,
     check_path,
-    delta_path,
     quote_identifier,
     quote_name,
     string_literal,
@@ -106,6 +102,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMIT_MODES",
+    "CommitMode",
     "DeltaSink",
     "DeltaTransaction",
     "SinkOptions",
@@ -114,7 +111,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
-COMMIT_MODES = ("merge", "metadata")
 
 
 @dataclass(frozen=True)
@@ -178,7 +174,7 @@ class SinkOptions:
     commit_retry: CommitRetry = field(default_factory=CommitRetry)
     timeout: TransactionTimeout | None = None
     partition_by: tuple[str, ...] | None = None
-    commit: str = "merge"
+    commit: CommitMode = "merge"
     merge_schema: bool = False
 
     def __post_init__(self) -> None:
@@ -257,6 +253,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     types = {f.name: f.dataType.simpleString() for f in self._given_schema}
                     check_partition_types(self.path, {c: types[c] for c in options.partition_by})
         self._step_hook = current_step_hook()  # a test's fault injection, else none
+        self._committer = committer(options.commit, spark, retry=options.commit_retry)
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock (a lease on object storage) is hidden from
         # Delta by its leading underscore.
@@ -312,6 +309,18 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
         return pending_rows(self.spark, self.table, [transaction.txn_id])
+
+    def committable(self, transaction: DeltaTransaction) -> Committable:
+        """What this writer hands its committer for a pre-committed transaction."""
+        progress = self._progress.get(transaction.txn_id)
+        return Committable(
+            table=self.path,
+            sink_id=self.sink_id,
+            checkpoint_id=transaction.checkpoint_id,
+            txn_id=transaction.txn_id,
+            writer_id=transaction.writer_id,
+            rows=progress.rows if progress else None,
+        )
 
     # ------------------------------------------------- a table in a group's cut
 
@@ -521,15 +530,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return state
 
     def _commit(self, transaction: DeltaTransaction) -> None:
-        progress = self._progress.get(transaction.txn_id)
-        rows = progress.rows if progress else None
+        committable = self.committable(transaction)
         self._step("before_flip", transaction)
         self._lock.check()
         flipped = 0
-        if rows != 0:
-            publish = self._publish if self.options.commit == "metadata" else self._flip
-            flipped = publish(transaction, rows)
+        if committable.rows != 0:
+
+            def journal_retry(attempt: int, error: str) -> None:
+                self.journal.record(
+                    self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
+                )
+
+            flipped = self._committer.commit(committable, on_retry=journal_retry)
         self._step("after_flip", transaction)
+        rows = committable.rows
         try:
             self.journal.record(
                 self._entry(
@@ -602,67 +616,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         if report.policy == "quarantine":
             return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
         return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
-
-    def _flip(self, transaction: DeltaTransaction, rows: int | None) -> int:
-        """One idempotent MERGE: only masked rows of exactly this transaction match.
-
-        It moves them from the transaction's pending partition into the committed one; run
-        again, it finds nothing left there and changes nothing.
-        """
-        txn = string_literal(transaction.txn_id)
-        statement = (
-            f"MERGE INTO {delta_path(self.path)} AS t "
-            f"USING (SELECT {transaction.checkpoint_id} AS checkpoint_id, {txn} AS txn_id) AS s "
-            # The literals pin the partition, so Delta reads (and conflict-checks) it alone.
-            f"ON t.{VISIBLE} = false AND t.{PENDING} = {txn} "
-            f"AND t.{PENDING} = s.txn_id AND t.{CHECKPOINT_ID} = s.checkpoint_id "
-            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true, t.{PENDING} = NULL"
-        )
-
-        def run() -> int:
-            metadata = {USER_METADATA_CONF: self._metadata("commit", transaction)}
-            settings = {**WRITE_SETTINGS, **merge_settings(rows), **metadata}
-            with (
-                session_conf(self.spark, settings),
-                labelled(self.spark, self.sink_id, transaction.checkpoint_id, "commit"),
-            ):
-                metrics = self.spark.sql(statement).first()
-            return int(metrics["num_updated_rows"]) if metrics else 0
-
-        def journal_retry(attempt: int, error: str) -> None:
-            self.journal.record(
-                self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
-            )
-
-        what = f"{self.name}: commit of checkpoint {transaction.checkpoint_id}"
-        try:
-            return retry_on_conflict(
-                run, retry=self.options.commit_retry, what=what, on_retry=journal_retry
-            )
-        except conflict_exceptions() as exc:
-            raise CommitFailedError(
-                f"{what} still conflicted after {self.options.commit_retry.max_attempts} "
-                f"attempts ({type(exc).__name__}); nothing changed, it stays pending"
-            ) from exc
-        except Exception as exc:
-            raise CommitStateUnknownError(
-                f"{what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
-                "stays pending, and the next commit (idempotent) settles it"
-            ) from exc
-
-    def _publish(self, transaction: DeltaTransaction, rows: int | None) -> int:
-        """The metadata commit: the transaction's files added again as visible."""
-        try:
-            metadata = self._metadata("commit", transaction)
-            return publish(self.path, transaction.txn_id, metadata)
-        except CommitFailedError:
-            raise
-        except Exception as exc:
-            raise CommitStateUnknownError(
-                f"{self.name}: the metadata commit of checkpoint {transaction.checkpoint_id} "
-                f"failed ({exc!r}); it may or may not have landed: it stays pending, and the "
-                "next commit (idempotent) settles it"
-            ) from exc
 
     def _app_id(self) -> str:
         # One appId per writer, whose versions only grow (``_txn_version``): no transaction's

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
 from lakesink.core.recovery import check_resolvable
+from lakesink.delta.modes import CommitMode
 from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import UnknownCheckpointError
@@ -117,7 +118,7 @@ def resolve_checkpoint(
     checkpoint_id: int,
     action: Literal["commit", "abort"],
     *,
-    mode: str = "merge",
+    mode: CommitMode = "merge",
     progress: Callable[[str], None] = log.info,
 ) -> list[TransactionStatus]:
     """Commit or abort every pending transaction of the checkpoint; return them.

@@ -45,7 +45,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.publish import publish
+from lakesink.delta.committer import Committable, MetadataCommitter
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
@@ -377,8 +377,15 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         )
         skipped.extend(late)
     for s in plan.unpublished:
-        detail = {"checkpoint_id": s.checkpoint_id, "txn_id": s.txn_id, "writer_id": s.writer_id}
-        publish(plan.table_path, s.txn_id, commit_metadata("commit", plan.sink_id, **detail))
+        MetadataCommitter().commit(
+            Committable(
+                table=plan.table_path,
+                sink_id=plan.sink_id,
+                checkpoint_id=s.checkpoint_id,
+                txn_id=s.txn_id,
+                writer_id=s.writer_id,
+            )
+        )
     rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
     if targets:
         log.info(
