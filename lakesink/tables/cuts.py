@@ -27,7 +27,7 @@ from deltalake.exceptions import DeltaError
 from lakesink.core.cut import Cut, CutStore, CutTable
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import is_delta_table
-from lakesink.storage.location import join, parent
+from lakesink.storage.location import join, parent, relative_to_parent, resolve_relative
 from lakesink.storage.options import StorageOptions
 from lakesink.tables.deltars import delta_table, read_log_rows, read_sink_table_log
 from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, FORMAT_PROPERTY, JOURNAL_FORMAT
@@ -69,7 +69,12 @@ class DeltaCutStore(CutStore):
                 "group_id": [cut.group_id] * len(keys),
                 "checkpoint_id": [cut.checkpoint_id] * len(keys),
                 "sink_id": keys,
-                "table_path": [cut.tables[k].location for k in keys],
+                # A table beside the cuts as ../<name>: moved or copied with them (and the
+                # journal), the group still names its own tables.
+                "table_path": [
+                    relative_to_parent(cut.tables[k].location, self.path) or cut.tables[k].location
+                    for k in keys
+                ],
                 "table_version": [cut.tables[k].version for k in keys],
                 "writer_id": [cut.tables[k].writer_id for k in keys],
                 "recorded_at": [now] * len(keys),
@@ -86,7 +91,7 @@ class DeltaCutStore(CutStore):
         )
 
     def latest(self, group_id: str) -> Cut | None:
-        return newest_cuts(self.rows(group_id=group_id)).get(group_id)
+        return newest_cuts(self.rows(group_id=group_id), self.path).get(group_id)
 
     def rows(self, **equal: str) -> list[dict[str, Any]]:
         """Its rows whose columns equal ``equal`` (none before the first cut)."""
@@ -112,8 +117,8 @@ class DeltaCutStore(CutStore):
         return delta_table(self.path)
 
 
-def newest_cuts(rows: Iterable[Mapping[str, Any]]) -> dict[str, Cut]:
-    """Each group's newest cut among the rows of a cuts table."""
+def newest_cuts(rows: Iterable[Mapping[str, Any]], cuts: str) -> dict[str, Cut]:
+    """Each group's newest cut among the rows of the cuts table at ``cuts``."""
     by_cut: dict[tuple[str, int, datetime], dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for row in rows:
         by_cut[(row["group_id"], row["checkpoint_id"], row["recorded_at"])][row["sink_id"]] = row
@@ -126,7 +131,11 @@ def newest_cuts(rows: Iterable[Mapping[str, Any]]) -> dict[str, Cut]:
             group_id=group_id,
             checkpoint_id=checkpoint_id,
             tables={
-                k: CutTable(int(r["table_version"]), r["table_path"], r["writer_id"])
+                k: CutTable(
+                    int(r["table_version"]),
+                    resolve_relative(cuts, r["table_path"]),
+                    r["writer_id"],
+                )
                 for k, r in members.items()
             },
         )
@@ -135,10 +144,11 @@ def newest_cuts(rows: Iterable[Mapping[str, Any]]) -> dict[str, Cut]:
 
 
 def _newest_of(journals: Iterable[str]) -> dict[str, Cut]:
-    rows: list[Mapping[str, Any]] = []
+    found: dict[str, Cut] = {}
     for journal in sorted(set(journals)):
-        rows.extend(DeltaCutStore(cuts_path(journal)).rows())
-    return newest_cuts(rows)
+        store = DeltaCutStore(cuts_path(journal))
+        found.update(newest_cuts(store.rows(), store.path))
+    return found
 
 
 def _group_of(sink_id: str, cuts: Mapping[str, Cut]) -> Cut | None:
