@@ -15,6 +15,7 @@ generating them is never measured) and, in one run:
 7. A whole checkpoint of two sinks through the coordinator vs two plain appends.
 8. Readers of a table of many checkpoints, before and after lakesink's compaction.
 9. Pre-commit, commit and a micro-batch on an S3 server vs the same work on local disk.
+10. A group's tables read at one cut vs at their latest versions; what recording it costs.
 
 Section 9 starts a SeaweedFS S3 server on loopback in the run's workspace folder (its data on
 the same disk), and the run's one session then reaches it too: its ratios show what
@@ -42,6 +43,7 @@ from pyspark.sql import SparkSession
 from benchmarks import (
     accumulated,
     checkpoint,
+    cut,
     history,
     object_store,
     reader,
@@ -87,6 +89,8 @@ class Suite:
         accumulated: Committed checkpoints those rows are spread over, per point.
         object_store_rows: Rows per pre-commit, and per micro-batch, in section 9 (which
             takes its batches a query from ``stream_batches``).
+        cut_rows: Rows per checkpoint of each table in section 10 (which takes its
+            checkpoints from ``checkpoints``).
         repetitions: Timed repetitions behind each median.
     """
 
@@ -103,6 +107,7 @@ class Suite:
     accumulated_rows: int
     accumulated: tuple[int, ...]
     object_store_rows: tuple[int, ...]
+    cut_rows: tuple[int, ...]
     repetitions: int
 
 
@@ -120,6 +125,7 @@ FULL = Suite(
     accumulated_rows=1_000_000,
     accumulated=(10, 1_000, 5_000),
     object_store_rows=(100_000, 1_000_000),
+    cut_rows=(100_000, 1_000_000),
     repetitions=3,
 )
 QUICK = Suite(
@@ -136,6 +142,7 @@ QUICK = Suite(
     accumulated_rows=50_000,
     accumulated=(10, 50),
     object_store_rows=(10_000,),
+    cut_rows=(10_000,),
     repetitions=1,
 )
 
@@ -157,6 +164,7 @@ SECTIONS = (
     "checkpoint",
     "accumulated",
     "object_store",
+    "cut",
 )
 
 
@@ -235,6 +243,10 @@ def run(
             suite.repetitions,
         )
         found["object_store"] = object_store.object_store_section(stored)
+    if "cut" in sections:
+        log.info("10. a group's tables at one cut: %s rows a checkpoint", list(suite.cut_rows))
+        at_cut = cut.measure(spark, workspace, suite.cut_rows, suite.checkpoints, suite.repetitions)
+        found["cut"] = cut.cut_section(at_cut)
     return [found[key] for key in SECTIONS if key in sections]
 
 

@@ -200,6 +200,15 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         assert sorted(row["samples"]) == sorted(f"{s}_{n}" for s in ("local", "s3") for n in work)
         assert all(len(samples) == reps for samples in row["samples"].values())
 
+    at_cut = sections["cut"]["rows"]  # both tables' rows were checked by the run
+    assert [r["rows"] for r in at_cut] == [n * QUICK.checkpoints for n in QUICK.cut_rows]
+    for row in at_cut:
+        _positive(row, "one_latest_s", "one_cut_s", "two_apart_s", "two_cut_s", "record_s")
+        _ratio_of(row, "one_ratio", "one_cut_s", "one_latest_s")
+        _ratio_of(row, "two_ratio", "two_cut_s", "two_apart_s")
+        assert row["cut_commits"] == 1  # one small commit a checkpoint, to the cuts table
+        assert len(row["samples"]["checkpoint"]) == QUICK.checkpoints
+
 
 @pytest.mark.slow
 def test_table_and_plot_are_written(quick_run) -> None:
