@@ -182,7 +182,10 @@ class S3Store(Store):
         for chunk in store.list(f"{source_key}/"):
             for entry in chunk:
                 key = entry["path"]
-                copy(store, key, target_key + key[len(source_key) :])
+                try:
+                    copy(store, key, target_key + key[len(source_key) :])
+                except FileNotFoundError:  # a folder marker the store lists, not an object
+                    continue
 
     def environment(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.proxy.endpoint}
