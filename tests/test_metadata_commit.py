@@ -1,5 +1,6 @@
-"""The metadata commit (``commit="metadata"``): a checkpoint published by re-adding its
-files with the committed partition's values, on a real Spark session and real Delta tables.
+"""The metadata commit (``commit="metadata"``): a checkpoint published by moving its files
+into the committed partition (hard links, no byte written again) in one delta-rs commit,
+on a real Spark session and real Delta tables.
 
 The guarantees both commit modes share (crashes at every step, several writers, readers
 during commits, the downstream stream, the vacuum) are parametrized over both modes where
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 import lakesink.delta.publish as publish_module
@@ -82,11 +84,17 @@ def test_a_publish_rewrites_no_row_and_keeps_each_files_statistics(spark, tmp_pa
     sink.notify_checkpoint_complete(checkpoint)
 
     after = live_files(table)
-    assert set(after) == set(before)  # the same files: none written, none removed
-    for path, file in after.items():
+    moved = {Path(p).name: p for p in after}
+    assert set(moved) == {Path(p).name for p in before}  # the same files, in new folders
+    for old_path, old in before.items():
+        path = moved[Path(old_path).name]
+        file = after[path]
+        # In the committed partition's folder, as the log says; not one byte written again.
+        assert path.startswith(f"{VISIBLE}=true/{PENDING}=__HIVE_DEFAULT_PARTITION__/")
+        assert (table / path).stat().st_ino == (table / old_path).stat().st_ino
         assert file[f"partition.{VISIBLE}"] is True and file[f"partition.{PENDING}"] is None
         for stat in ("num_records", "min.order_id", "max.order_id", "null_count.order_id"):
-            assert file[stat] == before[path][stat], (path, stat)
+            assert file[stat] == old[stat], (path, stat)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where(f"version > {version}")
     (entry,) = history.collect()  # one Delta commit, no MERGE
     assert entry.operation == "WRITE" and '"lakesink": "commit"' in entry.userMetadata
@@ -110,8 +118,8 @@ def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_onc
     write(spark, sink, range(30, 40))
     checkpoint = sink.checkpoint()
     txn = pending_txn(sink, checkpoint)
-    # Its pending add goes into a log checkpoint, its re-add into a JSON commit after it:
-    # a reader that prunes by partition before reconciling the two would see the old add.
+    # Its pending add goes into a log checkpoint, its move into a JSON commit after it: a
+    # reader that prunes by partition before reconciling the two would see the old add.
     DeltaTable(str(table)).create_checkpoint()
     sink.notify_checkpoint_complete(checkpoint)
     write(spark, sink, [1000])
@@ -197,6 +205,9 @@ def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_pat
 def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates_nothing(
     spark, tmp_path, monkeypatch, caplog
 ):
+    """Scenario 2: an OPTIMIZE (whose removes change no data, so delta-rs' conflict check
+    lets the publish pass) lands between the publish's read and its commit; the publish
+    finds it in the log and publishes its file in place of the copies it made visible."""
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(40), parts=4)
@@ -223,15 +234,17 @@ def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates
     for version in range(first, last + 1):
         assert visible_ids(spark, table, version) in (Counter(), Counter(range(40))), version
     assert visible_ids(spark, table) == Counter(range(40))
+    assert len(live_files(table)) == 1  # the OPTIMIZE's file, published; the copies gone
     assert all(f[f"partition.{VISIBLE}"] for f in live_files(table).values())
     sink.close()
 
 
-def test_a_rewrite_landing_after_the_publish_masks_nothing_for_good(spark, tmp_path):
-    """Scenario 3: a rewrite read the pending partition before the publish and commits after
-    it (here by delta-rs, from its older snapshot): it removes the published files and keeps
-    their rows in a masked file. The vacuum finds the committed transaction's leftovers and
-    publishes them again."""
+def test_a_rewrite_from_before_the_publish_cannot_mask_published_rows(spark, tmp_path):
+    """Scenario 3 of lakesink 0.2's re-add: a rewrite that read the pending partition before
+    the publish and committed after it removed the published files and kept their rows
+    masked (the vacuum published them again). The publish now removes the pending files
+    itself, so such a rewrite conflicts and lands nothing (here by delta-rs, from its
+    older snapshot)."""
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(30), parts=3)
@@ -247,34 +260,29 @@ def test_a_rewrite_landing_after_the_publish_masks_nothing_for_good(spark, tmp_p
     assert visible_ids(spark, table) == Counter(range(30))
 
     pending = {VISIBLE: "false", PENDING: txn}
-    stale.create_write_transaction(
-        [
-            AddAction(
-                new_path,
-                (table / new_path).stat().st_size,
-                pending,
-                0,
-                False,
-                f'{{"numRecords": {merged.num_rows}}}',
-            ),
-            *(
-                RemoveAction(f["path"], False, 0, size=f["size_bytes"], partition_values=pending)
-                for f in old
-            ),
-        ],
-        mode="append",
-        schema=stale.schema(),
-        partition_by=stale.metadata().partition_columns,
-    )
-    assert visible_ids(spark, table) == Counter()  # masked again by the late rewrite
-
-    planned = vacuum(spark, str(table), dry_run=True)
-    assert planned.republished_txn_ids == (txn,)
-    assert visible_ids(spark, table) == Counter()  # a dry run changes nothing
-
-    report = vacuum(spark, str(table))
-    assert report.republished_txn_ids == (txn,)
-    assert visible_ids(spark, table) == Counter(range(30))  # each row once, none lost
+    with pytest.raises(DeltaCommitFailedError, match=r"(?i)conflict|concurrent"):
+        stale.create_write_transaction(
+            [
+                AddAction(
+                    new_path,
+                    (table / new_path).stat().st_size,
+                    pending,
+                    0,
+                    False,
+                    f'{{"numRecords": {merged.num_rows}}}',
+                ),
+                *(
+                    RemoveAction(
+                        f["path"], False, 0, size=f["size_bytes"], partition_values=pending
+                    )
+                    for f in old
+                ),
+            ],
+            mode="append",
+            schema=stale.schema(),
+            partition_by=stale.metadata().partition_columns,
+        )
+    assert visible_ids(spark, table) == Counter(range(30))  # each row once, none masked
     assert vacuum(spark, str(table)).republished_txn_ids == ()
     sink.close()
 
@@ -309,7 +317,8 @@ def test_an_operator_publishes_a_pending_checkpoint_by_metadata(spark, tmp_path,
     assert "committed checkpoint 2: 1 transaction(s)" in capsys.readouterr().out
 
     assert [t.checkpoint_id for t in done] == [1]
-    assert set(live_files(table)) == set(before)  # the same files: no row rewritten
+    # The same files, moved into the committed partition: no row rewritten.
+    assert {Path(p).name for p in live_files(table)} == {Path(p).name for p in before}
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where(f"version > {version}")
     assert sorted(r.operation for r in history.collect()) == ["WRITE", "WRITE"]  # no MERGE
     assert visible_ids(spark, table) == Counter(range(20))

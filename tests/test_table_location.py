@@ -107,7 +107,7 @@ def test_a_format_2_table_records_its_journal_relative_once_migrated(spark, tmp_
     assert sink_status(str(table)).journal_path == journal  # format 2 is read as it is
 
     assert main(["migrate-table", str(table)]) == 0
-    assert f"format {TABLE_FORMAT} recorded" in capsys.readouterr().out
+    assert f"rewritten from format 2 to {TABLE_FORMAT}" in capsys.readouterr().out
     found = properties(spark, table)
     assert found[FORMAT_PROPERTY] == str(TABLE_FORMAT)
     assert found[JOURNAL_PROPERTY] == "../_lakesink_journal"

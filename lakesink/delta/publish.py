@@ -1,39 +1,48 @@
 """The metadata commit: a transaction's rows made visible without reading or writing one.
 
 A sink table is partitioned by the masking bit and the pending transaction, and Delta keeps
-a file's partition values in its ``add`` action in the log, not in the Parquet file. So one
-Delta commit that adds every file of the transaction's pending partition again, with the
-committed partition's values (``_lakesink_visible = true``, ``_lakesink_pending`` NULL, the
-user's own partition values kept), publishes its rows: the protocol lets an existing file be
-added again "to allow metadata updates", and the newest ``add`` of a path wins. The commit
-is written by delta-rs, with each file's statistics carried over, in milliseconds whatever
-the rows.
+a file's partition values in its ``add`` action in the log. So one Delta commit that moves
+every file of the transaction's pending partition into the committed one publishes its
+rows: each file is placed at its committed partition's path (``_lakesink_visible=true/
+_lakesink_pending=__HIVE_DEFAULT_PARTITION__/...``, the user's own partition folders kept)
+without its bytes being written again (a hard link on local disk, a copy inside an object
+store), and the commit removes it from the pending partition and adds it in the committed
+one, its statistics carried over. It is written by delta-rs, in milliseconds whatever the
+rows on local disk.
 
-Why it is exactly once: a path is one file however often it is added, so a repeated or
-racing publish of the same transaction makes nothing visible twice; one that finds the
-pending partition empty changes nothing.
+Why the files move rather than being added again where they are: a file's folder would
+then name the pending partition while the log says committed, and an engine that takes
+partition values from paths (polars) would misread every such row. Moved, a file's path
+always agrees with the log, as after a MERGE.
+
+Why it is exactly once: the commit removes the pending files it publishes, so of two
+publishes of one transaction, or a publish and a DELETE of its pending partition,
+delta-rs' conflict check lets one commit and fails the other, which reads the table again.
 
 Failure scenarios it handles:
 
-1. Two publishes of one transaction race (a restarted writer, an operator): both add the
-   same paths; the table shows each file once.
-2. Another commit rewrote the pending partition between the read and this commit (an
-   OPTIMIZE or DELETE run by hand; lakesink's own compaction and vacuum never touch a
-   pending partition of a live transaction): the re-add brought back a file that commit had
-   removed, while its rows live on in that commit's new files, still masked. Found by
-   reading the log versions in between; the next commit removes the revived files and adds
-   the new ones as visible, together, so a reader sees the rows once throughout.
-3. A rewrite that read the pending partition before this commit and lands after it removes
-   a published file and leaves its rows masked in a file of the pending partition. Nothing
-   is lost: the pending partition of a committed transaction still holds them, and
-   publishing again (``lakesink vacuum`` does, for every committed transaction) makes them
-   visible. Delta's conflict checks cannot catch it (an ``add`` is not a conflict), which
-   is why lakesink tables switch auto-compaction off.
+1. Two publishes of one transaction race (a restarted writer, an operator): both place
+   the same files; one commits, the other conflicts, reads again and finds nothing pending.
+2. Another commit rewrote the pending partition between the read and this commit. One
+   that changes data (a DELETE) makes this commit conflict; it reads again. One that does
+   not (an OPTIMIZE: delta-rs' check lets it pass) is found in the log versions between the
+   read and this commit: the rows of the files it replaced are then visible in this
+   commit's copies, and masked in its new files; the next commit removes those copies and
+   publishes the new files, together, so a reader sees the rows once throughout.
+3. A crash after the files were placed, before the commit: the placed files are in no
+   version of the table (Delta's VACUUM deletes them in time); the next publish places
+   them again and commits.
+4. The commit landed and its answer was lost: the pending partition is empty; publishing
+   again finds nothing to publish.
 
-What it trades against the MERGE: ``RESTORE`` to a version before a publish does not hide
-its rows again (RESTORE compares files by path); the change data feed shows each row
-inserted twice (masked, then visible); delta-rs cannot write a table with row tracking,
-deletion vectors, domain metadata or in-commit timestamps (such a table is refused).
+A file not in a pending partition's folder (a table written with random file prefixes) has
+no partition value in its path: it is added again where it is, with the committed values.
+
+What it trades against the MERGE: ``RESTORE`` to a version before a publish brings the
+files back to their pending paths only if those still exist; the change data feed shows
+each row deleted as masked and inserted as visible; delta-rs cannot write a table with row
+tracking, deletion vectors, domain metadata or in-commit timestamps (such a table is
+refused).
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from deltalake.transaction import (
 )
 
 from lakesink.errors import CommitFailedError, ConfigurationError
-from lakesink.storage.files import create_file, read_bytes
+from lakesink.storage.files import create_file, place_file, read_bytes
 from lakesink.storage.location import join
 from lakesink.tables.deltars import delta_table
 from lakesink.tables.format import PENDING, VISIBLE
@@ -69,9 +78,10 @@ __all__ = ["check_partition_types", "check_publishable", "publish"]
 
 log = logging.getLogger(__name__)
 
-# Rounds of publish-then-check before giving up: each is needed only when a rewrite of the
-# pending partition raced the last one.
-PUBLISH_ROUNDS = 5
+# Attempts before giving up: each is needed only when another commit raced the last one.
+PUBLISH_ROUNDS = 10
+# How Spark names the folder of a NULL partition value (the committed rows' pending one).
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Delta's default checkpoint interval (delta.checkpointInterval), which Spark writes at.
 CHECKPOINT_INTERVAL = 10
 # Writer features a delta-rs commit cannot keep (it would refuse or drop them).
@@ -127,25 +137,33 @@ def check_partition_types(path: str, types: Mapping[str, str]) -> None:
 
 
 def publish(path: str, txn_id: str, user_metadata: str) -> int:
-    """Make the rows of transaction ``txn_id`` visible with metadata-only Delta commits;
-    return how many this call made visible (0: none were pending).
+    """Make the rows of transaction ``txn_id`` visible with Delta commits that move its
+    files into the committed partition; return how many rows this call made visible (0:
+    none were pending).
 
     ``user_metadata`` tags each commit (the audit lines history up with the journal by it).
 
     Raises:
-        CommitFailedError: Rewrites of the pending partition kept racing every round.
+        CommitFailedError: Other commits kept conflicting with it, every round.
     """
-    revived: list[dict[str, Any]]  # files of ours a concurrent commit removed
-    rows, revived = 0, []
+    rows = 0
+    revived: list[dict[str, Any]] = []  # published copies of files a rewrite had removed
     for _ in range(PUBLISH_ROUNDS):
         table = delta_table(path)
         read_version = table.version()
         files = _pending_files(table, txn_id)
         if not files and not revived:
             return rows
+        actions: list[AddAction | RemoveAction] = [_removal(copy, visible=True) for copy in revived]
+        published: dict[str, dict[str, Any]] = {}
+        for file in files:
+            committed = _committed_path(file["path"], txn_id)
+            if committed != file["path"]:
+                place_file(join(path, file["path"]), join(path, committed))
+                actions.append(_removal(file, visible=False))
+            actions.append(_visible(file, committed))
+            published[file["path"]] = {**file, "path": committed}
         nonce = uuid.uuid4().hex
-        actions: list[AddAction | RemoveAction] = [_visible(file) for file in files]
-        actions += [_removal(file) for file in revived]
         metadata = json.loads(user_metadata) | {_NONCE: nonce}
         try:
             table.create_write_transaction(
@@ -159,19 +177,20 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
                 # At Spark's interval, not delta-rs' (100): _checkpoint_if_due
                 post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
             )
-        except DeltaCommitFailedError as exc:  # delta-rs found a conflict: nothing landed
-            raise CommitFailedError(
-                f"publishing transaction {txn_id} of {path} conflicted with another commit "
-                f"({exc}); nothing changed, it stays pending: commit again"
-            ) from exc
-        removed, version = _removed_before(path, read_version, nonce, {f["path"] for f in files})
-        if not removed and not revived:
+        except DeltaCommitFailedError as exc:  # a conflict: nothing landed; read again
+            log.info("publishing transaction %s of %s conflicted (%s); again", txn_id, path, exc)
+            continue
+        removed, version = _removed_before(path, read_version, nonce, published)
+        if not removed and not revived:  # else its files and bytes are not the last ones
             _carry_checksum(path, version)
         _checkpoint_if_due(path, version, table.metadata().configuration)
         rows += sum(f["num_records"] or 0 for f in files) - sum(
             f["num_records"] or 0 for f in revived
         )
-        revived = [file for file in files if file["path"] in removed]
+        # A rewrite that committed first without Delta's conflict check noticing (an
+        # OPTIMIZE: its removes change no data) keeps those rows in new, masked files: the
+        # next round publishes them and removes the copies of the files it replaced.
+        revived = [published[p] for p in removed]
         if revived:
             log.warning(
                 "%s: a commit rewrote %d file(s) of transaction %s's pending partition while "
@@ -181,10 +200,19 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
                 txn_id,
             )
     raise CommitFailedError(
-        f"publishing transaction {txn_id} of {path}: its pending partition was rewritten "
-        f"during each of {PUBLISH_ROUNDS} attempts (an OPTIMIZE or DELETE running on it?); "
-        "it stays pending: stop that job and commit again"
+        f"publishing transaction {txn_id} of {path} conflicted with other commits in each of "
+        f"{PUBLISH_ROUNDS} attempts (an OPTIMIZE or DELETE running on its partition?); "
+        "it stays pending: commit again"
     )
+
+
+def _committed_path(pending: str, txn_id: str) -> str:
+    """Where a pending file of ``txn_id`` goes in the committed partition: its folder's
+    first two parts (the masking bit and the transaction) changed, the rest kept."""
+    folder = f"{VISIBLE}=false/{PENDING}={txn_id}/"
+    if not pending.startswith(folder):
+        return pending
+    return f"{VISIBLE}=true/{PENDING}={HIVE_DEFAULT_PARTITION}/{pending[len(folder) :]}"
 
 
 def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
@@ -200,33 +228,42 @@ def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], actions.filter(pc.fill_null(mine, False)).to_pylist())
 
 
-def _visible(file: Mapping[str, Any]) -> AddAction:
-    """The file added again in the committed partition, its statistics carried over."""
+def _visible(file: Mapping[str, Any], path: str) -> AddAction:
+    """The file added at ``path`` in the committed partition, its statistics carried over."""
     return AddAction(
-        file["path"],
+        path,
         file["size_bytes"],
-        _committed_values(file),
+        _values(file, {VISIBLE: "true", PENDING: None}),
         file["modification_time"],
         True,
         _stats(file),
     )
 
 
-def _removal(file: Mapping[str, Any]) -> RemoveAction:
-    """The removal of a file ``_visible`` added (it is in the committed partition now)."""
+def _removal(file: Mapping[str, Any], *, visible: bool) -> RemoveAction:
+    """The removal of a file: a pending one (its copy is published by the same commit), or
+    a published copy (``visible``) whose rows a rewrite moved to another file."""
+    lakesink = (
+        {VISIBLE: "true", PENDING: None}
+        if visible
+        else {
+            VISIBLE: "false",
+            PENDING: file["partition"][PENDING],
+        }
+    )
     return RemoveAction(
         file["path"],
         True,
         int(time.time() * 1000),
         size=file["size_bytes"],
-        partition_values=_committed_values(file),
+        partition_values=_values(file, lakesink),
     )
 
 
-def _committed_values(file: Mapping[str, Any]) -> dict[str, str | None]:
-    """The file's partition values in the committed partition, in Delta's string form:
+def _values(file: Mapping[str, Any], lakesink: dict[str, str | None]) -> dict[str, str | None]:
+    """The file's partition values with lakesink's set as given, in Delta's string form:
     the user's own kept (their types checked by check_publishable)."""
-    values: dict[str, str | None] = {VISIBLE: "true", PENDING: None}
+    values = dict(lakesink)
     for column, value in file["partition"].items():
         if column in values:
             continue
@@ -283,8 +320,7 @@ def _removed_before(
 ) -> tuple[set[str], int]:
     """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
     removed, and the version of that one."""
-    removed: set[str]
-    wanted, removed = set(paths), set()
+    wanted, removed = set(paths), set[str]()
     version = read_version + 1
     while True:
         try:
@@ -307,10 +343,10 @@ def _carry_checksum(path: str, version: int) -> None:
 
     delta-rs writes none, and without one Spark's next write to the table first rebuilds
     the table's protocol and metadata, and its own checksum, with Spark jobs (a sixth of a
-    checkpoint's time at 100k rows). A publish that only added live files again changes
-    nothing a checksum counts (files, bytes, size histogram, txn versions, protocol,
-    metadata), so the previous one holds for it, less its commit's id and its list of files
-    (optional, and it would name their old partition values). Without a checksum before it,
+    checkpoint's time at 100k rows). A publish that only moved live files changes nothing a
+    checksum counts (files, bytes, size histogram, txn versions, protocol, metadata), so the
+    previous one holds for it, less its commit's id and its list of files (optional, and it
+    would name their old paths). Without a checksum before it,
     or with in-commit timestamps (each version has its own), none is written.
     """
     log_folder = join(path, "_delta_log")

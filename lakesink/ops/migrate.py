@@ -18,12 +18,14 @@ when run again, and never a state folder without its records:
 
 **Sink table.** Format 1 partitioned it by checkpoint and transaction id, the masking bit an
 ordinary column; format 2 by the masking bit and the pending transaction (readers skip masked
-files, committed rows share a partition). ``migrate_table`` rewrites every row of a format-1
-table in place in one Delta commit, each keeping its hidden columns (so every transaction's
-state), then records the current format in the table's properties. Cut short between the
-two, it finishes when run again. Format 3 only records a journal beside the table relative
-to it: a format-2 table needs the properties alone. It holds every writer lock of the table
-meanwhile: a running writer refuses it.
+files, committed rows share a partition); format 3 records a journal beside the table
+relative to it; format 4 keeps partition values out of the data files, so that no file or
+folder says other than the log (``lakesink.tables.format``). ``migrate_table`` rewrites
+every row of an older table in place in one Delta commit, each keeping its hidden columns
+(so every transaction's state) and the user's partition columns, then records the current
+format and the journal in the table's properties. Cut short between the two, it finishes
+when run again. It holds every writer lock of the table meanwhile: a running writer
+refuses it.
 """
 
 from __future__ import annotations
@@ -45,17 +47,18 @@ from lakesink.storage.files import is_delta_table
 from lakesink.storage.lease import writer_locks
 from lakesink.storage.location import normalize, resolve_relative
 from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
+from lakesink.tables.deltars import history
 from lakesink.tables.format import (
     CHECKPOINTS_FORMAT,
     FORMAT_PROPERTY,
     HIDDEN_FIELDS,
     JOURNAL_PROPERTY,
     LAKESINK_PARTITIONS,
-    OLDEST_TABLE_FORMAT,
     PENDING,
     SINK_ID_PROPERTY,
     TABLE_FORMAT,
     TXN_ID,
+    UNMATERIALIZED,
     VISIBLE,
     commit_metadata,
     format_version,
@@ -156,8 +159,8 @@ class TableMigrationPlan:
     """What ``migrate_table`` does (or did) to one sink table."""
 
     path: str
-    # "nothing", "migrate" (rewrite, then properties), "record" (format 2: the properties
-    # only) or "finish" (the properties of a rewrite cut short)
+    # "nothing", "migrate" (rewrite, then properties) or "finish" (the properties of a
+    # rewrite cut short)
     step: str
     version: int  # the table's format before
     rows: int
@@ -168,11 +171,8 @@ class TableMigrationPlan:
             "nothing": f"{self.path} is in format {TABLE_FORMAT} already: nothing to do",
             "migrate": (
                 f"{self.path}: {self.rows} row(s) rewritten from format {self.version} to "
-                f"{TABLE_FORMAT} (partitioned by {', '.join(LAKESINK_PARTITIONS)})"
-            ),
-            "record": (
-                f"{self.path}: format {TABLE_FORMAT} recorded (a journal beside the table is "
-                "recorded relative to it); no row rewritten"
+                f"{TABLE_FORMAT} (partitioned by {', '.join(LAKESINK_PARTITIONS)} first, "
+                "partition values in the log and folders only)"
             ),
             "finish": f"{self.path}: finished a migration that was cut short",
         }[self.step]
@@ -188,16 +188,14 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     path = normalize(path)
     if not is_delta_table(path):
         raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
-    detail = cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first())  # one row
-    properties = detail["properties"] or {}
+    properties = _properties(spark, path)
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(f"the Delta table at {path} is not a lakesink table")
     version = format_version(properties)
     if version >= TABLE_FORMAT:
         return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
-    if version >= OLDEST_TABLE_FORMAT:
-        return TableMigrationPlan(path=path, step="record", version=version, rows=0)
-    if tuple(detail["partitionColumns"]) == LAKESINK_PARTITIONS:
+    newest = history(path)[0]
+    if newest.lakesink == "migrate":  # rewritten, its format not recorded yet
         return TableMigrationPlan(path=path, step="finish", version=version, rows=0)
     rows = spark.read.format("delta").load(path).count()
     return TableMigrationPlan(path=path, step="migrate", version=version, rows=rows)
@@ -205,6 +203,10 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
 
 def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> TableMigrationPlan:
     """Migrate a sink table to the current format (``plan_table_migration``, then do it).
+
+    Every row is rewritten in one Delta commit (each keeps its hidden columns, so every
+    transaction keeps its state), then the format recorded; cut short in between, it
+    finishes when run again.
 
     Raises:
         TableNotFoundError: No lakesink table there.
@@ -225,6 +227,8 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
             lock.acquire()
             taken.append(lock)
         if plan.step == "migrate":
+            # Before the rewrite, so that its files hold no partition values.
+            _set_properties(spark, plan.path, dict([UNMATERIALIZED]))
             _rewrite(spark, plan)
         properties = {FORMAT_PROPERTY: str(TABLE_FORMAT)}
         journal = _properties(spark, plan.path).get(JOURNAL_PROPERTY)
@@ -232,10 +236,7 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
             properties[JOURNAL_PROPERTY] = recorded_journal(
                 resolve_relative(plan.path, journal), plan.path
             )
-        settings = ", ".join(
-            f"{string_literal(k)} = {string_literal(v)}" for k, v in properties.items()
-        )
-        spark.sql(f"ALTER TABLE {delta_path(plan.path)} SET TBLPROPERTIES ({settings})")
+        _set_properties(spark, plan.path, properties)
         log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
     finally:
         for lock in taken:
@@ -243,8 +244,23 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
     return plan
 
 
+def _set_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
+    settings = ", ".join(
+        f"{string_literal(k)} = {string_literal(v)}" for k, v in properties.items()
+    )
+    spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({settings})")
+
+
 def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
-    """Every row in format 2's layout, in one overwrite (Delta reads the snapshot first)."""
+    """Every row in the current layout, in one overwrite (Delta reads the snapshot first):
+    lakesink's partition columns first (format 1 had others), the user's kept after them."""
+    detail = cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(plan.path)}").first())
+    old_partitions = tuple(detail["partitionColumns"] or ())
+    user_partitions = (
+        old_partitions[len(LAKESINK_PARTITIONS) :]
+        if old_partitions[: len(LAKESINK_PARTITIONS)] == LAKESINK_PARTITIONS
+        else ()
+    )
     table = spark.read.format("delta").load(plan.path)
     hidden = {f.name for f in HIDDEN_FIELDS}
     user = [quote_identifier(c) for c in table.columns if c not in hidden]
@@ -257,7 +273,7 @@ def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
         .mode("overwrite")
         .option("overwriteSchema", "true")
         .option("userMetadata", commit_metadata("migrate", sink_id, format=TABLE_FORMAT))
-        .partitionBy(*LAKESINK_PARTITIONS)
+        .partitionBy(*LAKESINK_PARTITIONS, *user_partitions)
         .save(plan.path)
     )
     log.info("rewrote %d row(s) of %s", plan.rows, plan.path)

@@ -9,6 +9,7 @@ with), configured from the same ``StorageOptions`` as Spark and delta-rs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ __all__ = [
     "has_files",
     "is_delta_table",
     "object_store",
+    "place_file",
     "read_bytes",
     "remove_file",
     "remove_folder",
@@ -153,6 +155,22 @@ def remove_file(location: str) -> None:
 
     store, key = object_store(location)
     delete(store, key)
+
+
+def place_file(source: str, target: str) -> None:
+    """Make the file ``source`` also be at ``target`` without writing its bytes again: a hard
+    link on local disk, a copy inside the store (no byte through this process) on an object
+    store. A ``target`` already there (placed before) is left as it is."""
+    if not is_uri(source):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.link(source, target)
+        return
+    from obstore import copy
+
+    store, source_key = object_store(source)
+    _, target_key = object_store(target)
+    copy(store, source_key, target_key)
 
 
 def remove_folder(location: str) -> None:

@@ -14,6 +14,15 @@ Each records ``lakesink.formatVersion``. A table written before the property exi
 format 1. Opening a table of a format this version cannot use fails with
 ``FormatVersionError``, which says what to do.
 
+Sink table format 4 keeps lakesink's partition values in the Delta log and the files'
+folders only, not in the Parquet files (``delta.writePartitionColumnsToParquet = false``;
+Delta 4.4 writes them into the files by default): a file's rows cannot then say one thing
+and the log another, and the metadata commit moves a published file into the committed
+partition's folder (``lakesink.delta.publish``), so no folder names a value the log
+changed either. Every engine reads the right rows, whether it takes partition values from
+the log (Spark, delta-rs, DuckDB) or from the folders (polars). Format 3 tables are read
+and written as they are; ``lakesink migrate-table`` rewrites them in format 4.
+
 Sink table format 3 records a journal that sits beside the table (``../_lakesink_journal``,
 the default) relative to the table, as Delta records its own files, so a table moved or
 copied together with its journal (``cp -r``, a bucket sync, local disk to S3) finds its
@@ -76,6 +85,7 @@ __all__ = [
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
     "TXN_ID",
+    "UNMATERIALIZED",
     "VISIBLE",
     "SinkTable",
     "check_columns",
@@ -112,12 +122,15 @@ LAKESINK_PARTITIONS = (VISIBLE, PENDING)
 COMMITTED_FILTER = f"{VISIBLE} = true"
 
 SINK_ID_PROPERTY = "lakesink.sinkId"
+# Format 4: partition values in the log and the folders only, not in the data files.
+UNMATERIALIZED = ("delta.writePartitionColumnsToParquet", "false")
 JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
 
 # Format 2: the masking bit and the pending transaction are the partition columns.
 # Format 3: a journal beside the table is recorded relative to it.
-TABLE_FORMAT = 3
+# Format 4: partition values are not written into the data files.
+TABLE_FORMAT = 4
 OLDEST_TABLE_FORMAT = 2  # what this lakesink still opens as it is
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = (
@@ -315,8 +328,10 @@ def ensure_sink_table(
         .property(SINK_ID_PROPERTY, sink_id)
         .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
-        # Auto-compaction would rewrite pending partitions, which a metadata commit's
-        # re-add cannot see (lakesink.delta.publish); lakesink compacts committed rows only.
+        .property(UNMATERIALIZED[0], UNMATERIALIZED[1])
+        # Auto-compaction would rewrite pending partitions under a publish, which would
+        # then conflict and start again (lakesink.delta.publish); lakesink compacts
+        # committed rows only.
         .property("delta.autoOptimize.autoCompact", "false")
         .execute()
     )
@@ -418,6 +433,9 @@ def ensure_log_table(
         .location(path)
         .addColumns(spark.createDataFrame([], schema).schema)
         .property("delta.appendOnly", "true")
+        # Whatever the session's defaults for new tables: delta-rs, which appends to and
+        # reads lakesink's own tables, cannot read a table with deletion vectors.
+        .property("delta.enableDeletionVectors", "false")
         .property(FORMAT_PROPERTY, str(version))
         .execute()
     )

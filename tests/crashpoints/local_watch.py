@@ -2,7 +2,8 @@
 
 A write is one new file: it *starts* when its first bytes are created (the file itself, or
 the temporary file it is renamed or linked from) and *lands* when it appears whole under
-its final name (renamed or linked into place, or closed after being written in place).
+its final name (renamed or linked into place, or closed after being written in place). A
+hard link of a file that exists already (the metadata commit's) starts and lands at once.
 Temporary names are those the writers here use: Hadoop's and lakesink's ``.name.<id>.tmp``,
 object_store's (delta-rs) ``name#<n>``; Hadoop's ``.name.crc`` checksum side files are
 part of their file, not writes of their own.
@@ -33,6 +34,13 @@ _TEMP = (
     re.compile(r"^(?P<final>[^.].*)#\d+$"),  # object_store's staging file
 )
 _IGNORED = re.compile(r"^\..*\.crc$")  # Hadoop's checksum side files
+
+
+def _links(path: Path) -> int:
+    try:
+        return path.stat().st_nlink
+    except OSError:
+        return 0
 
 
 def final_name(name: str) -> tuple[str, bool] | None:
@@ -141,7 +149,9 @@ class LocalWatcher:
                 if event.mask & F.CREATE:
                     named = final_name(event.name)
                     if named and (folder / named[0]) in self._open and not named[1]:
-                        self._landed(folder / named[0])  # linked into place
+                        self._landed(folder / named[0])  # linked into place from its draft
+                    elif named and not named[1] and _links(path) > 1:
+                        self._landed(path)  # a hard link of a file there already
                     else:
                         self._created(path)
                 elif event.mask & F.MOVED_TO:
