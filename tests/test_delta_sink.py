@@ -747,3 +747,21 @@ def test_an_unknown_option_is_refused_by_name(spark, table):
     with pytest.raises(ConfigurationError, match=r"unknown sink option\(s\) valdation"):
         DeltaSink(spark, str(table), schema=SCHEMA, valdation=None)
     assert not table.exists()
+
+
+def test_a_session_that_gives_new_tables_deletion_vectors_still_opens_a_sink(spark, tmp_path):
+    """Databricks gives new tables deletion vectors by default; delta-rs, which reads and
+    appends to lakesink's journal, cannot read a table that has them: the journal (and a
+    job's checkpoint table) is made without them, whatever the session's defaults."""
+    default = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+    spark.conf.set(default, "true")
+    try:
+        table = tmp_path / "orders"
+        with DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_dv") as sink:
+            sink.write(rows(spark, [1, 2]))
+            sink.notify_checkpoint_complete(sink.checkpoint())
+        journal = spark.sql(f"DESCRIBE DETAIL delta.`{tmp_path / '_lakesink_journal'}`").first()
+        assert "deletionVectors" not in (journal.tableFeatures or [])
+        assert visible_ids(spark, table) == [1, 2]
+    finally:
+        spark.conf.unset(default)
