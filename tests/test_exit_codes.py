@@ -4,19 +4,23 @@ How the tests know the table in ``lakesink.cli.exits`` is what processes end wit
 command and job runs as the installed script (or ``python jobs/...``) with an input that
 makes it end in one class (bad input 2, a failed check 1, retry later 75, an unexpected
 failure 70, done 0), and the status and the message are read from the finished process.
-Inputs that are wrong are refused before a JVM starts: those runs take about a second.
+Inputs that are wrong are refused before a JVM starts (no run of them starts ``java``: a
+wrapper of it notes every start, and is seen to note spark-submit's): those runs take about
+a second.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pyspark.find_spark_home import _find_spark_home
 
 from lakesink.cli.exits import (
     EXIT_BAD_INPUT,
@@ -63,9 +67,26 @@ def lakesink(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
-def job(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def job(
+    name: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, str(JOBS / name), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def watched_java(folder: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``java`` (on PATH and as ``$JAVA_HOME/bin/java``, the two ways
+    Spark's launcher finds it) notes each start in a file, then runs the real one."""
+    jdk = os.environ.get("JAVA_HOME")
+    real = os.path.join(jdk, "bin", "java") if jdk else shutil.which("java")
+    assert real, "java is not on PATH"
+    home, started = folder / "jdk", folder / "java-starts"
+    (home / "bin").mkdir(parents=True)
+    wrapper = home / "bin" / "java"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{started}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    path = f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "JAVA_HOME": str(home), "PATH": path}, started
 
 
 @pytest.mark.parametrize(
@@ -140,30 +161,36 @@ def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, 
     good = tables["good"]
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps({"name": "s", "expectations": []}))
+    env, java_starts = watched_java(tmp_path)
+    # The watch sees a start through spark-submit, the launcher pyspark runs (from there).
+    spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
+    shown = subprocess.run([spark_submit, "--version"], capture_output=True, env=env, timeout=300)
+    assert shown.returncode == 0 and java_starts.is_file(), shown.stderr[-2000:]
+    java_starts.unlink()
     runs = {
-        "status": lakesink("status", missing),
-        "metrics": lakesink("metrics", missing),
-        "checkpoints": lakesink("checkpoints", "--state", missing),
-        "commit (no table)": lakesink("commit", missing, "--checkpoint", "1", "--yes"),
-        "commit (committed)": lakesink("commit", good, "--checkpoint", "1", "--yes"),
-        "abort (aborted)": lakesink("abort", good, "--checkpoint", "3", "--yes"),
-        "abort (never was)": lakesink("abort", good, "--checkpoint", "9", "--yes"),
-        "validate": lakesink("validate", good, "--checkpoint", "1", "--suite", str(suite)),
-        "checkpoint-view": lakesink("checkpoint-view", missing, "--checkpoint", "1"),
-        "migrate-table": lakesink("migrate-table", missing),
-        "migrate-checkpoints": lakesink("migrate-checkpoints", missing),
-        "vacuum": lakesink("vacuum", missing),
-        "jobs/vacuum.py": job("vacuum.py", "--table", missing),
+        "status": lakesink("status", missing, env=env),
+        "metrics": lakesink("metrics", missing, env=env),
+        "checkpoints": lakesink("checkpoints", "--state", missing, env=env),
+        "commit (no table)": lakesink("commit", missing, "--checkpoint", "1", "--yes", env=env),
+        "commit (committed)": lakesink("commit", good, "--checkpoint", "1", "--yes", env=env),
+        "abort (aborted)": lakesink("abort", good, "--checkpoint", "3", "--yes", env=env),
+        "abort (never was)": lakesink("abort", good, "--checkpoint", "9", "--yes", env=env),
+        "validate": lakesink("validate", good, "--checkpoint", "1", "--suite", str(suite), env=env),
+        "checkpoint-view": lakesink("checkpoint-view", missing, "--checkpoint", "1", env=env),
+        "migrate-table": lakesink("migrate-table", missing, env=env),
+        "migrate-checkpoints": lakesink("migrate-checkpoints", missing, env=env),
+        "vacuum": lakesink("vacuum", missing, env=env),
+        "jobs/vacuum.py": job("vacuum.py", "--table", missing, env=env),
         "jobs/ingest.py": job(
-            "ingest.py", "--kafka", "127.0.0.1:9", "--table", missing, "--state", missing
+            "ingest.py", "--kafka", "127.0.0.1:9", "--table", missing, "--state", missing, env=env
         ),
     }
     for what, result in runs.items():
         assert result.returncode == EXIT_BAD_INPUT, (what, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, what
-        # Refused before any JVM: spark-submit's dependency resolution never ran.
         assert "starting Spark" not in result.stderr, what
-        assert IVY_REPORT not in result.stderr, what
+    # Refused before any JVM: no run started java.
+    assert not java_starts.exists(), java_starts.read_text()
     assert "no Delta table at" in runs["status"].stderr
     assert "checkpoint 1: it is already committed" in runs["commit (committed)"].stderr
     assert "checkpoint 3: it was aborted" in runs["abort (aborted)"].stderr

@@ -2,14 +2,16 @@
 
 How the tests know a second holder is fenced: the store itself refuses the second
 conditional create or update (no process-local state decides), a holder whose lease was
-taken over learns it at its next renewal and ``check`` raises before it could commit, and
-across hosts (processes with other host names) a live writer keeps its lease while a dead
-one's is taken over once it expires, its pre-committed checkpoint then committed by the
-new holder.
+taken over learns it at its next renewal and ``check`` raises before it could commit, two
+processes that read one expired lease and take it over at once (each waits for the other
+after its read) end with one holder and one refusal, and across hosts (processes with other
+host names) a live writer keeps its lease while a dead one's is taken over once it expires,
+its pre-committed checkpoint then committed by the new holder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -18,10 +20,11 @@ import sys
 import time
 
 import pytest
-from s3_fixture import s3_uri
+from s3_fixture import BUCKET, s3_uri
 
 from lakesink.errors import AlreadyRunningError, LeaseLostError
 from lakesink.storage.lease import ObjectLease, fence, fences
+from lakesink.testing.s3 import get_object, put_object
 
 
 class Clock:
@@ -114,23 +117,81 @@ def test_a_process_that_waits_takes_over_a_dead_holders_lease_but_not_a_live_one
         live.release()
 
 
-def test_two_processes_taking_over_an_expired_lease_at_once_one_wins(lease_at):
-    clock = Clock()
-    dead = ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock)
-    dead.acquire()
-    dead._stop.set()
-    clock.now += 6
-    racers = [ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock) for _ in range(2)]
-    # Both read the expired lease before either writes: the second conditional update of
-    # the same version is refused by the store.
-    stale_version = dead._version
-    racers[0]._write(mode={"e_tag": stale_version})
-    from obstore.exceptions import PreconditionError
+RACER = """
+import logging, sys, time
+from pathlib import Path
+from lakesink.errors import AlreadyRunningError
+from lakesink.storage.lease import ObjectLease
 
-    with pytest.raises(PreconditionError):
-        racers[1]._write(mode={"e_tag": stale_version})
-    with pytest.raises(AlreadyRunningError):
-        ObjectLease(lease_at, "job 'ingest'", seconds=5, clock=clock).acquire(wait=False)
+lease_at, meeting, name = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+
+
+class MeetingClock:
+    # Real time; acquire() reads it to write its create (refused: the lease exists), then to
+    # judge the lease it has just read. There it waits for the other racer, so both have
+    # read the expired lease before either writes its takeover.
+    def __init__(self):
+        self.readings = 0
+
+    def __call__(self):
+        self.readings += 1
+        if self.readings == 2:
+            (meeting / name).touch()
+            deadline = time.monotonic() + 120
+            while len(list(meeting.iterdir())) < 2:
+                if time.monotonic() > deadline:
+                    sys.exit("the other racer never read the lease")
+                time.sleep(0.005)
+        return time.time()
+
+
+try:
+    ObjectLease(lease_at, "job 'ingest'", clock=MeetingClock()).acquire(wait=False)
+except AlreadyRunningError as exc:
+    print("refused:", exc, flush=True)
+    sys.exit(75)
+print("won", flush=True)  # and exits holding it: the lease stays until it expires
+"""
+
+
+def test_two_processes_taking_over_an_expired_lease_at_once_one_wins(s3_server, lease_at, tmp_path):
+    # A dead holder's lease, expired a minute ago, written once: the one version with its name.
+    dead = "host-a 4242 deadbeef"
+    key = lease_at.removeprefix(f"s3a://{BUCKET}/")
+    expired = {"holder": dead, "expires": time.time() - 60}
+    put_object(s3_server, BUCKET, key, json.dumps(expired).encode())
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, lease_at, str(meeting), name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("one", "two")
+    ]
+    outcomes = [(racer.pid, *racer.communicate(timeout=180), racer.returncode) for racer in racers]
+
+    # Both read the dead holder's expired lease and went for the takeover, at once.
+    assert sorted(p.name for p in meeting.iterdir()) == ["one", "two"], outcomes
+    for _, _, err, _ in outcomes:
+        assert f"taking over the expired lease {lease_at} of {dead}" in err, err[-2000:]
+    # The store let one conditional update of that version through; the other got the
+    # refusal acquire() makes of a lost takeover.
+    won = [(pid, out) for pid, out, _, status in outcomes if status == 0]
+    lost = [(out, status) for _, out, _, status in outcomes if status != 0]
+    assert [out for _, out in won] == ["won\n"], outcomes
+    ((refusal, status),) = lost
+    assert status == 75, outcomes
+    assert refusal.startswith(
+        f"refused: another process took over the lease {lease_at} of job 'ingest' just now"
+    ), outcomes
+    stored = json.loads(get_object(s3_server, BUCKET, key) or b"{}")
+    assert stored["holder"].split()[1] == str(won[0][0])  # the winner's pid
+    with pytest.raises(AlreadyRunningError, match="is already running"):
+        ObjectLease(lease_at, "job 'ingest'").acquire(wait=False)
 
 
 def test_fences_are_lock_files_locally_and_leases_on_a_store(tmp_path, s3_server):
@@ -181,10 +242,12 @@ def on_host(host: str, *command: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for its namespaces (CI runs as root)")
 def test_a_writer_on_another_host_is_refused_while_the_first_lives_then_takes_over(spark, tmp_path):
     from lakesink import committed
 
+    # As root (CI) it must run: a missing unshare fails it rather than skipping it unseen.
+    assert shutil.which("unshare"), "unshare is not on PATH: apt-get install util-linux"
     table = s3_uri("hosts") + "/orders"
     env = {**os.environ, "LAKESINK_LEASE_SECONDS": "6"}
 

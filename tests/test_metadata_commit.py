@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from collections import Counter
@@ -33,6 +34,7 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers import arrow
+from lakesink.spark.settings import session_conf
 from lakesink.tables.format import PENDING, VISIBLE, commit_metadata
 
 SCHEMA = "order_id BIGINT, item STRING"
@@ -62,6 +64,17 @@ def visible_ids(spark, table: Path, version: int | None = None) -> Counter:
 def live_files(table: Path) -> dict[str, dict]:
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()
     return {a["path"]: a for a in actions}
+
+
+def commit_infos(table: Path, after: int) -> list[tuple[int, dict]]:
+    """The ``commitInfo`` of each log version after ``after``, read from the log's files."""
+    infos = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        version = int(commit.stem)
+        if version > after:
+            actions = [json.loads(line) for line in commit.read_text().splitlines() if line]
+            infos += [(version, a["commitInfo"]) for a in actions if "commitInfo" in a]
+    return infos
 
 
 def pending_txn(sink: DeltaSink, checkpoint_id: int) -> str:
@@ -175,30 +188,47 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     sink.close()
 
 
-def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_path):
+def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_path, monkeypatch):
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(50), parts=4)
     checkpoint = sink.checkpoint()
     txn = pending_txn(sink, checkpoint)
     metadata = commit_metadata("commit", sink.sink_id, checkpoint_id=checkpoint, txn_id=txn)
-    results, start = [], threading.Barrier(3)
+    before = DeltaTable(str(table)).version()
+    racers, results = 3, []
+    read = publish_module._pending_files
+    all_read = threading.Barrier(racers, timeout=120)
 
-    def racer() -> None:
-        start.wait()
-        results.append(publish(str(table), txn, metadata))
+    def read_then_meet(delta_table, txn_id):
+        files = read(delta_table, txn_id)
+        if files:  # every racer has found the partition pending before any commits
+            all_read.wait()
+        return files
 
-    racers = [threading.Thread(target=racer) for _ in range(3)]
-    for thread in racers:
+    monkeypatch.setattr(publish_module, "_pending_files", read_then_meet)
+    threads = [
+        threading.Thread(target=lambda: results.append(publish(str(table), txn, metadata)))
+        for _ in range(racers)
+    ]
+    for thread in threads:
         thread.start()
-    for thread in racers:
+    for thread in threads:
         thread.join()
 
-    assert len(results) == 3
-    assert visible_ids(spark, table) == Counter(range(50))  # each row once
+    # Each racer got past the check and committed its re-add: three publishes in the log.
+    published = [
+        version
+        for version, info in commit_infos(table, after=before)
+        if txn in info.get("userMetadata", "")
+    ]
+    assert len(published) == racers, published
+    assert results == [50] * racers  # each counts the rows its own commit re-added
+    assert visible_ids(spark, table) == Counter(range(50))  # yet each row is visible once
+    last = DeltaTable(str(table)).version()
     sink.notify_checkpoint_complete(checkpoint)  # the sink's own commit finds nothing left
+    assert DeltaTable(str(table)).version() == last
     assert visible_ids(spark, table) == Counter(range(50))
-    assert sum(results) >= 50  # the winners' re-adds, counted per racer
     sink.close()
 
 
@@ -287,14 +317,55 @@ def test_a_rewrite_from_before_the_publish_cannot_mask_published_rows(spark, tmp
     sink.close()
 
 
-def test_a_table_the_metadata_commit_cannot_write_exactly_is_refused(spark, tmp_path):
+# Each writer feature delta-rs cannot keep, and the table property that brings it in.
+WRITER_FEATURES = {
+    "deletionVectors": ("enableDeletionVectors", "true"),
+    "rowTracking": ("enableRowTracking", "true"),
+    "inCommitTimestamp": ("enableInCommitTimestamps", "true"),
+    "domainMetadata": ("feature.domainMetadata", "supported"),
+}
+
+
+@pytest.mark.parametrize("feature", list(WRITER_FEATURES))
+def test_a_table_with_a_writer_feature_delta_rs_cannot_keep_is_refused(spark, tmp_path, feature):
+    table = tmp_path / "orders"
+    name, value = WRITER_FEATURES[feature]
+    # A workspace whose new tables get the feature (as Databricks gives deletion vectors).
+    default = {f"spark.databricks.delta.properties.defaults.{name}": value}
+    refusal = rf"uses .*\b{feature}\b.*commit='merge'"
+    with session_conf(spark, default), pytest.raises(ConfigurationError, match=refusal):
+        open_sink(spark, table)
+    assert feature in DeltaTable(str(table)).protocol().writer_features
+
+
+@pytest.mark.parametrize(
+    ("column", "kind", "existing"),
+    [
+        ("at", "TIMESTAMP", False),
+        ("at", "TIMESTAMP", True),  # a table made with the MERGE, opened for the metadata commit
+        ("price", "DECIMAL(10,2)", False),
+        ("ratio", "DOUBLE", False),
+        ("ratio", "FLOAT", False),
+        ("blob", "BINARY", False),
+    ],
+    ids=["timestamp", "timestamp-existing-table", "decimal", "double", "float", "binary"],
+)
+def test_a_partition_column_whose_values_delta_rs_cannot_copy_exactly_is_refused(
+    spark, tmp_path, column, kind, existing
+):
     table = tmp_path / "events"
-    schema = "event_id BIGINT, at TIMESTAMP"
-    with pytest.raises(ConfigurationError, match=r"partitioned by at \(timestamp"):
-        DeltaSink.open(
-            spark, str(table), schema=schema, view_name="v_events", commit="metadata",
-            partition_by=("at",),
-        )  # fmt: skip
+    schema = f"event_id BIGINT, {column} {kind}"
+    options = {"schema": schema, "view_name": "v_events", "partition_by": (column,)}
+    if existing:
+        DeltaSink.open(spark, str(table), **options).close()
+        del options["partition_by"]  # read from the table: check_publishable refuses it
+    refusal = rf"partitioned by {column} \({re.escape(kind.lower())}"
+    with pytest.raises(ConfigurationError, match=refusal):
+        DeltaSink.open(spark, str(table), commit="metadata", **options)
+    assert table.exists() is existing  # a new table is refused before it is made
+
+
+def test_an_unknown_commit_mode_is_refused(spark, tmp_path):
     with pytest.raises(ConfigurationError, match=r"unknown commit mode 'fast'"):
         DeltaSink.open(spark, str(tmp_path / "t2"), schema=SCHEMA, commit="fast")
 

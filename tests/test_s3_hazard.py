@@ -9,8 +9,16 @@ existence check, a plain PUT) loses commits; lakesink's ``S3ConditionalLogStore`
 (``If-None-Match: *``) gives each round exactly one winner, whose bytes are what is stored,
 and the other writer ``FileAlreadyExistsException`` (what Delta retries a commit on).
 
+How the tests know the writes raced and who decided: each writer notes when its write began
+and ended (they overlap), and the race runs on a server of this module's own that logs every
+request it answers. There the default store's lost rounds are two PUTs both taken (200,
+200), and each round of lakesink's store is one PUT taken and the loser's PUT refused by the
+store (412): a store that checks for the version, then puts it, would never send a PUT the
+store refuses. delta-rs's own commits are shown refused the same way, by two of its writers
+appending at once.
+
 Also here: the log store jar builds, a Spark + Delta round trip on ``s3a://`` uses it, and
-delta-rs reads that table and appends to it with conditional puts.
+delta-rs reads that table and appends to it.
 
 This file is also the child processes' script: ``python tests/test_s3_hazard.py race|roundtrip``.
 """
@@ -23,7 +31,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import reduce
@@ -37,6 +47,7 @@ from lakesink.storage.logstore import LOGSTORE_CLASS, logstore_jar
 from lakesink.storage.options import StorageOptions
 from lakesink.testing.cluster import free_port
 from lakesink.testing.s3 import (
+    Request,
     S3Server,
     create_bucket,
     get_object,
@@ -54,6 +65,8 @@ except ImportError:  # pragma: no cover
 DEFAULT_S3_LOGSTORE = "io.delta.storage.S3SingleDriverLogStore"
 ROUNDS = 30
 APPEND_ROUNDS = 3
+# delta-rs's appends race until the store has refused this many commits (at most so many rounds).
+DELTARS_REFUSALS, DELTARS_ROUNDS = 3, 100
 MARK = "LAKESINK-CHILD "
 HERE = Path(__file__).resolve()
 # Light JVMs: one core, no UI, no C2 compiler.
@@ -138,6 +151,37 @@ def children(*argument_lists: Sequence[str], logs: Path) -> Iterator[list[Child]
             child.close()
 
 
+@pytest.fixture(scope="module")
+def server_with_access_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A server of this module's own that logs every request it answers: what the store
+    made of each write (its status, when it came and went) is read from its side."""
+    folder = tmp_path_factory.mktemp("logged-s3")
+    server = start_server(folder, port=free_port(), access_log=True)
+    try:
+        create_bucket(server, BUCKET)
+        yield server
+    finally:
+        # Its data are thrown away: no need to wait out weed's graceful stop (up to 30 s).
+        stop_server(folder, timeout=5)
+
+
+@pytest.fixture
+def logged_s3(server_with_access_log: S3Server) -> Iterator[S3Server]:
+    """That server, the ``AWS_*`` variables (and so child processes) pointing at it."""
+    with server_with_access_log.exported():
+        yield server_with_access_log
+
+
+def puts(server: S3Server, key: str) -> list[Request]:
+    """The PUTs of ``BUCKET/key`` the server answered, in the order answered."""
+    return [r for r in server.requests() if r.method == "PUT" and r.path == f"/{BUCKET}/{key}"]
+
+
+def overlapped(requests: Sequence[Request]) -> bool:
+    """Whether the requests were all at the server at one moment."""
+    return max(r.arrived for r in requests) < min(r.answered for r in requests)
+
+
 def _log_key(table: str, version: int) -> str:
     return f"{table.split('/', 3)[3]}/_delta_log/{version:020d}.json"
 
@@ -158,15 +202,16 @@ def _round(both: list[Child], command: str, delay: float) -> list[dict]:
     ids=["delta-default-store", "lakesink-conditional-store"],
 )
 def test_two_committers_race_for_each_version(
-    s3_server: S3Server, tmp_path: Path, store: str, safe: bool
+    logged_s3: S3Server, tmp_path: Path, store: str, safe: bool
 ) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
     table = s3_uri("hazard")
     # S3SingleDriverLogStore lists _delta_log before it writes and fails if there is none.
-    put_object(s3_server, BUCKET, _log_key(table, 0), b'{"commitInfo":{}}\n')
+    put_object(logged_s3, BUCKET, _log_key(table, 0), b'{"commitInfo":{}}\n')
     outcomes: list[tuple[str, str]] = []
+    calls_overlapped: list[bool] = []  # both writers inside their write at one moment
     stored_as_winner = 0
     with children(("race", store, "A"), ("race", store, "B"), logs=tmp_path) as both:
         for child in both:
@@ -176,7 +221,10 @@ def test_two_committers_race_for_each_version(
             for answer in answers:
                 assert answer["result"] in ("won", "exists"), answer
             outcomes.append((answers[0]["result"], answers[1]["result"]))
-            stored = get_object(s3_server, BUCKET, _log_key(table, version))
+            calls_overlapped.append(
+                max(a["started"] for a in answers) < min(a["ended"] for a in answers)
+            )
+            stored = get_object(logged_s3, BUCKET, _log_key(table, version))
             winners = [a["content"] for a in answers if a["result"] == "won"]
             stored_as_winner += stored is not None and stored.decode() in winners
         if safe:
@@ -192,17 +240,35 @@ def test_two_committers_race_for_each_version(
             for number in range(1, APPEND_ROUNDS + 1):
                 for answer in _round(both, f"append {appended} {number}", 0.3):
                     assert answer["result"] == "ok", answer["detail"]
-    lost = sum(1 for outcome in outcomes if outcome == ("won", "won"))
+    # What the store saw of each round: the PUTs of its version, with their statuses.
+    rounds = [puts(logged_s3, _log_key(table, v)) for v in range(1, ROUNDS + 1)]
+    statuses = [sorted(r.status for r in seen) for seen in rounds]
+    at_once = sum(1 for seen in rounds if len(seen) >= 2 and overlapped(seen))
+    lost = [outcome == ("won", "won") for outcome in outcomes]
     single = sum(1 for outcome in outcomes if sorted(outcome) == ["exists", "won"])
     print(
         f"\n{store}: {ROUNDS} rounds of two concurrent writes of one log version: "
-        f"{lost} commits lost (both writers told success), {single} rounds with one winner"
+        f"{sum(lost)} commits lost (both writers told success), {single} rounds with one "
+        f"winner; the two writes overlapped in {sum(calls_overlapped)} rounds, and were in "
+        f"the store at once in {at_once}; the store answered {Counter(map(tuple, statuses))}"
     )
     if not safe:
-        assert lost > 0, f"the default store lost no commit in {ROUNDS} rounds: {outcomes}"
+        assert any(lost), f"the default store lost no commit in {ROUNDS} rounds: {outcomes}"
+        for round_lost, both_in, seen in zip(lost, calls_overlapped, statuses, strict=True):
+            if round_lost:  # the store took both PUTs; the writes overlapped to get there
+                assert both_in and seen == [200, 200], (calls_overlapped, statuses)
         return
-    assert lost == 0
+    assert not any(lost)
     assert single == ROUNDS, outcomes
+    # The writes overlapped in most rounds (in some both PUTs were in the store at once),
+    # and in every round the loser's PUT reached the store and was refused there (412
+    # If-None-Match, or 409 while the other was in flight): a store that checks, then
+    # puts, never sends a PUT the store refuses.
+    assert sum(calls_overlapped) >= ROUNDS // 2, calls_overlapped
+    assert at_once >= 1, statuses
+    for seen in statuses:
+        assert seen.count(200) == 1 and len(seen) >= 2, statuses
+        assert set(seen) - {200} <= {409, 412}, statuses
     assert stored_as_winner == ROUNDS
     result = DeltaTable(location, storage_options=storage_options)
     history = result.history()
@@ -253,8 +319,12 @@ def test_spark_and_deltars_share_an_s3a_table(s3_server: S3Server, tmp_path: Pat
         assert spark.receive()["rows"] == 10
 
 
-def test_deltars_commits_are_conditional_puts(s3_server: S3Server) -> None:
-    """A delta-rs writer holding a stale snapshot cannot replace the commit another made."""
+def test_deltars_commits_are_conditional_puts(logged_s3: S3Server) -> None:
+    """Two delta-rs writers append at once, round after round, until the store has refused
+    a few commits' PUTs (412): each such loser had looked for the version, not found it,
+    and put it after the other writer's commit landed, the window in which a writer that
+    checks, then puts, replaces the other's commit. Each version is stored once, as its
+    first PUT made it, and every row is in the table once."""
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -263,19 +333,37 @@ def test_deltars_commits_are_conditional_puts(s3_server: S3Server) -> None:
     location, storage_options = options.deltars_uri(table), options.deltars_options(table)
     assert "AWS_S3_ALLOW_UNSAFE_RENAME" not in storage_options
 
-    def rows(*values: int) -> pa.Table:
-        return pa.table({"id": pa.array(values, pa.int64())})
+    def append(*values: int) -> None:
+        rows = pa.table({"id": pa.array(values, pa.int64())})
+        write_deltalake(location, rows, mode="append", storage_options=storage_options)
 
-    write_deltalake(location, rows(1), storage_options=storage_options)
-    stale = DeltaTable(location, storage_options=storage_options)
-    write_deltalake(location, rows(2), mode="append", storage_options=storage_options)
-    theirs = get_object(s3_server, BUCKET, _log_key(table, 1))
-    write_deltalake(stale, rows(3), mode="append")  # tries version 1, gets 412, retries as 2
+    append(0)
+    log_folder = f"/{BUCKET}/{_log_key(table, 0).rsplit('/', 1)[0]}/"
+    refused, rounds = 0, 0
+    while refused < DELTARS_REFUSALS and rounds < DELTARS_ROUNDS:  # about every other round races
+        rounds += 1
+        both_ready = threading.Barrier(2, timeout=60)
 
-    assert get_object(s3_server, BUCKET, _log_key(table, 1)) == theirs
+        def writer(number: int, ready: threading.Barrier = both_ready) -> None:
+            ready.wait()
+            append(number)  # delta-rs retries a refused commit as the next version
+
+        writers = [threading.Thread(target=writer, args=(rounds * 2 + n,)) for n in (0, 1)]
+        for thread in writers:
+            thread.start()
+        for thread in writers:
+            thread.join()
+        commits = [r for r in logged_s3.requests() if r.path.startswith(log_folder)]
+        refused = sum(1 for r in commits if r.method == "PUT" and r.status == 412)
+
+    print(f"\ndelta-rs: {rounds} rounds of two appends at once, {refused} commits refused (412)")
+    assert refused >= DELTARS_REFUSALS, f"no commit raced in {rounds} rounds"
     latest = DeltaTable(location, storage_options=storage_options)
-    assert latest.version() == 2
-    assert sorted(latest.to_pyarrow_table()["id"].to_pylist()) == [1, 2, 3]
+    assert latest.version() == 2 * rounds
+    for version in range(latest.version() + 1):
+        assert [r.status for r in puts(logged_s3, _log_key(table, version))].count(200) == 1
+    ids = latest.to_pyarrow_table()["id"].to_pylist()
+    assert sorted(ids) == [0, *range(2, 2 * rounds + 2)]
 
 
 def test_the_server_refuses_a_second_conditional_put(s3_server: S3Server) -> None:
@@ -381,6 +469,7 @@ def _race(store_class: str, writer: str) -> None:
         actions.add(content)
         path = jvm.org.apache.hadoop.fs.Path(f"{table}/_delta_log/{number:020d}.json")
         _wait_until(float(start_at))
+        started = time.time()
         try:
             store.write(path, actions.iterator(), False, hadoop_conf)
             result, detail = "won", ""
@@ -388,7 +477,8 @@ def _race(store_class: str, writer: str) -> None:
             name = exc.java_exception.getClass().getName()
             result = "exists" if name == "java.nio.file.FileAlreadyExistsException" else "error"
             detail = str(exc.java_exception.toString())
-        _say(result=result, content=content + "\n", detail=detail)
+        ended = time.time()
+        _say(result=result, content=content + "\n", detail=detail, started=started, ended=ended)
     spark.stop()
 
 

@@ -5,18 +5,22 @@ group of its own, and get SIGTERM or SIGINT, sent to the process alone or to its
 group (``kill -- -PGID``, what a terminal's Ctrl-C and many supervisors do). How the tests
 know each stopped cleanly: it exits 0 with no traceback; every process it started (the
 driver JVM among them, found under it in /proc before the signal) is gone soon after; and
-for the ingest job, the journal holds no transaction left open, and every batch Spark
-recorded in its commit log is committed.
+for the ingest job, the journal holds no transaction left open, every batch Spark
+recorded in its commit log is committed, and the committed rows are the orders of the files
+those batches read (Spark's source log), each exactly once, under its batch's checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from test_ingest_crash import generate
@@ -24,6 +28,8 @@ from test_serve import alive, descendants, free_port, serve, wait_ready
 
 from lakesink.core import TxnState
 from lakesink.ops.status import sink_status
+from lakesink.readers import committed_dataset
+from lakesink.tables.format import CHECKPOINT_ID
 
 pytestmark = pytest.mark.slow
 
@@ -115,8 +121,24 @@ def test_a_following_ingest_job_stops_cleanly(tmp_path, signum, target):
     status = sink_status(str(tmp_path / "orders"))
     everything = [*status.committed, *status.pending, *status.held, *status.aborted]
     assert not [t for t in everything if t.state is TxnState.OPEN], "a transaction left open"
-    recorded = [
-        int(name.name) for name in (tmp_path / "state" / "ingest" / "commits").iterdir()
-        if name.name.isdigit()
-    ]  # fmt: skip
-    assert status.last_committed_checkpoint == max(recorded) >= 1
+    state = tmp_path / "state" / "ingest"
+    recorded = sorted(
+        int(name.name) for name in (state / "commits").iterdir() if name.name.isdigit()
+    )
+    assert len(recorded) >= 2, recorded  # batch 1 was printed before the signal
+    # Every batch Spark recorded is committed, once; and each committed row is an order of
+    # the files its batch read (Spark's source log says which), each exactly once.
+    assert sorted(t.checkpoint_id for t in status.committed) == recorded
+    rows = committed_dataset(str(tmp_path / "orders")).to_table().to_pydict()
+    committed = Counter(zip(rows[CHECKPOINT_ID], rows["order_id"], strict=True))
+    assert committed == Counter(
+        (batch, order) for batch in recorded for order in orders_read(state, batch)
+    )
+
+
+def orders_read(state: Path, batch: int) -> list[int]:
+    """The order ids in the landing files batch ``batch`` read (the file source's log)."""
+    entries = (state / "sources" / "0" / str(batch)).read_text().splitlines()[1:]  # after v1
+    files = [Path(unquote(urlsplit(json.loads(entry)["path"]).path)) for entry in entries]
+    assert files, f"batch {batch} read no file"
+    return [json.loads(line)["order_id"] for f in files for line in f.read_text().splitlines()]

