@@ -188,7 +188,9 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     sink.close()
 
 
-def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_path, monkeypatch):
+def test_publishes_of_one_transaction_racing_make_it_visible_once(
+    spark, tmp_path, monkeypatch, caplog
+):
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(50), parts=4)
@@ -211,20 +213,23 @@ def test_publishes_of_one_transaction_racing_make_it_visible_once(spark, tmp_pat
         threading.Thread(target=lambda: results.append(publish(str(table), txn, metadata)))
         for _ in range(racers)
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with caplog.at_level(logging.INFO, logger="lakesink.delta.publish"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
-    # Each racer got past the check and committed its re-add: three publishes in the log.
+    # Every racer got past the check with the files pending; one commit landed, the others
+    # conflicted (it removed the files they would move), read again and found nothing.
     published = [
         version
         for version, info in commit_infos(table, after=before)
         if txn in info.get("userMetadata", "")
     ]
-    assert len(published) == racers, published
-    assert results == [50] * racers  # each counts the rows its own commit re-added
-    assert visible_ids(spark, table) == Counter(range(50))  # yet each row is visible once
+    assert len(published) == 1, published
+    assert caplog.text.count(f"publishing transaction {txn} of {table} conflicted") == racers - 1
+    assert sorted(results) == [0] * (racers - 1) + [50]  # each counts what its commit showed
+    assert visible_ids(spark, table) == Counter(range(50))  # each row visible once
     last = DeltaTable(str(table)).version()
     sink.notify_checkpoint_complete(checkpoint)  # the sink's own commit finds nothing left
     assert DeltaTable(str(table)).version() == last
