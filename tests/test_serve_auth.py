@@ -256,29 +256,44 @@ def test_dbt_runs_a_model_over_committed_rows_with_user_password_and_tls(
         assert cursor.fetchall() == [(1,), (2,)]
 
 
-@pytest.mark.slow
-def test_no_secret_in_the_log_the_command_lines_or_the_tmp_folder(
-    tls_server: Server, tls_files: TlsFiles
-) -> None:
-    # A refused login and an accepted one first: what the server says about either is in.
-    with pytest.raises(Exception, match="Error validating the login"):
+@pytest.fixture(scope="module")
+def logged_in(tls_server: Server, tls_files: TlsFiles) -> Server:
+    """The server after a refused login and an accepted one: what it says about either is
+    in its log."""
+    with pytest.raises(Exception, match=REFUSED_LOGIN):
         hive_connect(tls_server.port, "analyst", WRONG_PASSWORD, ca=tls_files.ca)
     with hive_connect(tls_server.port, "analyst", PASSWORD, ca=tls_files.ca) as connection:
         cursor = connection.cursor()
         cursor.execute("SELECT count(*) FROM orders")
         assert cursor.fetchall() == [(2,)]
+    return tls_server
+
+
+@pytest.mark.slow
+def test_no_secret_is_on_a_command_line(logged_in: Server) -> None:
     command_lines = subprocess.run(
         ["ps", "-eww", "-o", "args="], capture_output=True, text=True, check=True
     ).stdout
-    assert "lakesink-serve" in command_lines  # the server's JVM is among them
-    log = tls_server.log.read_text()
-    assert "HiveThriftServer2" in log or "Spark" in log  # Spark's own output is in it
-    key_lines = [line for line in tls_files.key.read_text().splitlines() if "-----" not in line]
+    assert "spark.app.name=lakesink-serve" in command_lines  # the server's JVM is among them
+    # the keystore's password is made for the run: its setting's name stands for it
     for secret in [PASSWORD, WRONG_PASSWORD, S3_KEY_ID, S3_SECRET, "keystore.password"]:
         assert secret not in command_lines, secret
+
+
+@pytest.mark.slow
+def test_no_secret_is_in_the_servers_log(logged_in: Server, tls_files: TlsFiles) -> None:
+    log = logged_in.log.read_text()
+    assert "Setting default log level" in log  # Spark's own output is in it (--verbose)
+    assert "SASL negotiation failure" in log  # so is the refused login
+    key_lines = [line for line in tls_files.key.read_text().splitlines() if "-----" not in line]
     for secret in [PASSWORD, WRONG_PASSWORD, S3_KEY_ID, S3_SECRET, *key_lines]:
         assert secret not in log, secret
-    # The keystore lakesink made from the PEM files is gone: the server holds its key.
+
+
+@pytest.mark.slow
+def test_the_keystore_is_gone_once_the_server_listens(tls_server: Server) -> None:
+    # lakesink made it in the server's TMPDIR from the PEM files; the server holds its key.
+    assert tls_server.tmp.is_dir()
     assert not list(tls_server.tmp.glob("lakesink-serve-tls-*"))
 
 
