@@ -270,7 +270,7 @@ def logged_in(tls_server: Server, tls_files: TlsFiles) -> Server:
 
 
 @pytest.mark.slow
-def test_no_secret_is_on_a_command_line(logged_in: Server) -> None:
+def test_no_secret_is_on_a_command_line(tls_server: Server) -> None:
     command_lines = subprocess.run(
         ["ps", "-eww", "-o", "args="], capture_output=True, text=True, check=True
     ).stdout

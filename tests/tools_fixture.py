@@ -92,7 +92,7 @@ modulepath /usr/lib/ldap
 moduleload back_mdb
 pidfile {folder}/slapd.pid
 # A simple bind with a DN and an empty password succeeds, unauthenticated, as some
-# directories allow: what a login check must refuse on its own.
+# directories allow: the SQL endpoint must refuse such a login itself.
 allow bind_anon_cred
 database mdb
 maxsize 10485760

@@ -33,6 +33,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,7 +194,8 @@ def authenticator_class_path() -> list[Path]:
     bcrypt_jars = sorted(
         fetch_jars([BCRYPT_JAR], folder / BCRYPT_JAR.replace(":", "-"), what="bcrypt").glob("*.jar")
     )
-    jar = folder / f"lakesink-serve-auth-{source_digest(JAVA_SOURCES, BCRYPT_JAR)}.jar"
+    salt = f"{BCRYPT_JAR}; pyspark {version('pyspark')}"
+    jar = folder / f"lakesink-serve-auth-{source_digest(JAVA_SOURCES, salt)}.jar"
     built = build_jar(
         jar,
         JAVA_SOURCES,

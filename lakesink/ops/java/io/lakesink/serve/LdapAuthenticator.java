@@ -36,7 +36,9 @@ public final class LdapAuthenticator implements PasswdAuthenticationProvider {
     }
     String name = SaslPlain.text(user);
     byte[] secret = SaslPlain.bytes(password);
-    // An empty password makes an LDAP bind anonymous, which succeeds for any name.
+    // An empty password makes an LDAP bind anonymous, which succeeds for any name where the
+    // directory allows it. Spark's SASL PLAIN server refuses an empty password before any
+    // check (PlainSaslServer); this keeps it refused whatever reaches this check.
     if (name.isEmpty() || secret.length == 0) {
       throw new AuthenticationException("wrong user name or password");
     }
