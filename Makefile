@@ -40,13 +40,24 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix lakesink jobs tests benchmarks
 
 # Debian packages the tests run for real: Chromium opens the validation reports headless,
-# the Prometheus Pushgateway receives pushed metrics.
-TEST_TOOLS := /usr/bin/chromium /usr/bin/prometheus-pushgateway
+# the Prometheus Pushgateway receives pushed metrics, slapd is the LDAP directory the SQL
+# endpoint's logins are checked against (each test run starts its own, from a throwaway
+# folder: the package is installed without a directory of its own).
+TEST_TOOLS := /usr/bin/chromium /usr/bin/prometheus-pushgateway /usr/sbin/slapd
 $(TEST_TOOLS):
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] || { \
-	  echo "the tests need Debian's chromium and prometheus-pushgateway: install them (as root)"; exit 1; }
+	  echo "the tests need Debian's chromium, prometheus-pushgateway and slapd: install them (as root)"; exit 1; }
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium prometheus-pushgateway
+	echo "slapd slapd/no_configuration boolean true" | debconf-set-selections
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium prometheus-pushgateway slapd
+
+# dbt-spark, the dbt client the SQL endpoint's tests run, in a virtualenv of its own: dbt-core
+# 1.11 wants pathspec<0.13 where mypy 2 (make lint) wants 1.x, and dbt-core 1.12 downloads
+# a parser wheel from GitHub at install time.
+DBT := $(CURDIR)/.cache/dbt-venv/bin/dbt
+$(DBT):
+	$(PYTHON) -m venv $(CURDIR)/.cache/dbt-venv
+	$(CURDIR)/.cache/dbt-venv/bin/python -m pip install --quiet 'dbt-spark[PyHive]==1.11.0' 'dbt-core>=1.11,<1.12'
 
 # mitmproxy, the fault-injecting proxy of the crash-point tests in front of the S3 server, in
 # an environment of its own: it pins versions of libraries the notebooks need newer.
@@ -59,7 +70,7 @@ $(MITMDUMP):
 # JVM starts, Delta commits, child jobs): the slow process, crash, cluster fault and soak
 # tests and the quick benchmark included. The cluster tests share one standalone cluster.
 PYTEST_WORKERS ?= 2
-test: lint $(IVY_STAMP) $(TEST_TOOLS) $(MITMDUMP)
+test: lint $(IVY_STAMP) $(TEST_TOOLS) $(MITMDUMP) $(DBT)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
@@ -97,17 +108,22 @@ metastore-up: $(STAMP)
 metastore-down: $(STAMP)
 	$(BIN)/lakesink metastore stop --dir $(METASTORE_DIR) --port $(METASTORE_PORT)
 
-# The SQL endpoint (lakesink serve, Spark's Thrift JDBC/ODBC server) in the background, over
-# the shared metastore if LAKESINK_METASTORE_URL is set; TABLES="/data/orders ..." serves
-# their committed views. Its log is .cache/sql/serve.log.
+# The SQL endpoint (lakesink serve, Spark's Thrift JDBC/ODBC server) in the background on
+# 127.0.0.1, over the shared metastore if LAKESINK_METASTORE_URL is set; TABLES="/data/orders
+# ..." serves their committed views. Logins are checked against the users file
+# (~/.config/lakesink/serve-users, or SQL_USERS=FILE; lakesink serve-users add NAME makes
+# it), as lakesink serve does; SQL_USERS=none serves without logins (loopback only: every
+# user of this host may then read the views). Its log is .cache/sql/serve.log.
 SQL_DIR := $(CURDIR)/.cache/sql
 SQL_PORT ?= 10000
+SQL_USERS ?=
 TABLES ?=
+SQL_LOGINS := $(if $(filter none,$(SQL_USERS)),--no-auth,$(if $(SQL_USERS),--users $(SQL_USERS)))
 
 sql-up: $(STAMP)
 	@mkdir -p $(SQL_DIR)
 	@if [ -f $(SQL_DIR)/serve.pid ] && kill -0 $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null; then echo "already running (pid $$(cat $(SQL_DIR)/serve.pid))"; exit 0; fi; \
-	nohup $(BIN)/lakesink serve --port $(SQL_PORT) $(foreach t,$(TABLES),--table $(t)) > $(SQL_DIR)/serve.log 2>&1 & echo $$! > $(SQL_DIR)/serve.pid; \
+	nohup $(BIN)/lakesink serve --port $(SQL_PORT) $(SQL_LOGINS) $(foreach t,$(TABLES),--table $(t)) > $(SQL_DIR)/serve.log 2>&1 & echo $$! > $(SQL_DIR)/serve.pid; \
 	for i in $$(seq 1 180); do grep -q "serving SQL at" $(SQL_DIR)/serve.log && { grep "serving SQL at" $(SQL_DIR)/serve.log; exit 0; }; kill -0 $$(cat $(SQL_DIR)/serve.pid) 2>/dev/null || { tail -20 $(SQL_DIR)/serve.log; exit 1; }; sleep 1; done; echo "not up after 180 s: $(SQL_DIR)/serve.log"; exit 1
 
 sql-down:

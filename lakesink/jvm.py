@@ -1,9 +1,12 @@
 """JVM servers lakesink runs beside Spark (the metastore, a Kafka broker for tests): their
 jars, fetched from Maven Central with the Ivy jar pyspark ships, and their background
-processes, started with a pid file and stopped by it. Java 17 must be on ``PATH``."""
+processes, started with a pid file and stopped by it; and the small jars lakesink builds
+from its own Java source with ``javac`` on first use (the S3 log store, the SQL endpoint's
+login check). Java 17 must be on ``PATH``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -13,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -20,11 +24,17 @@ from typing import Any, cast
 from lakesink.errors import ConfigurationError
 
 __all__ = [
+    "JAVA_RELEASE",
     "MAVEN_CENTRAL",
+    "build_jar",
+    "cache_dir",
     "fetch_jars",
     "java",
+    "javac",
     "listening",
+    "pyspark_jars",
     "read_pid",
+    "source_digest",
     "start_daemon",
     "stop_daemon",
     "tail",
@@ -34,6 +44,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+JAVA_RELEASE = "17"
+IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 _IVY_SETTINGS = f"""<ivysettings>
   <settings defaultResolver="central"/>
   <resolvers>
@@ -49,6 +61,104 @@ def java() -> str:
     if found is None:
         raise ConfigurationError("java is not on PATH; install Java 17 (e.g. openjdk-17-jre)")
     return found
+
+
+def javac() -> str:
+    """The JDK's ``javac``: ``$JAVA_HOME/bin/javac``, else the one on ``PATH``.
+
+    Raises:
+        ConfigurationError: There is none (a JRE only).
+    """
+    home = os.environ.get("JAVA_HOME")
+    candidates = [Path(home) / "bin" / "javac"] if home else []
+    found = shutil.which("javac")
+    if found:
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise ConfigurationError(
+        "javac is not on PATH (nor in $JAVA_HOME/bin): lakesink builds its S3 log store and "
+        "the SQL endpoint's login check from source and needs a JDK 17 or later, not only a "
+        "JRE; install one (Debian: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME "
+        "to a JDK"
+    )
+
+
+def pyspark_jars() -> Path:
+    """The folder of the installed pyspark's jars."""
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise ConfigurationError(
+            "pyspark is not installed; install lakesink's dependencies"
+        ) from exc
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def cache_dir(name: str, ivy_dir: str | None = None) -> Path:
+    """lakesink's cache folder ``name``: beside the Ivy cache (``ivy_dir`` or
+    ``$LAKESINK_IVY_DIR``), else in ``~/.cache/lakesink``."""
+    ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
+    if ivy_dir:
+        return Path(ivy_dir).resolve().parent / name
+    return Path.home() / ".cache" / "lakesink" / name
+
+
+def build_jar(jar: Path, source_root: Path, class_path: Sequence[str | Path], *, what: str) -> Path:
+    """The jar of the Java sources under ``source_root``, compiled with ``javac --release
+    17`` against ``class_path`` unless ``jar`` exists already (its name should change with
+    the sources: see ``source_digest``).
+
+    Raises:
+        ConfigurationError: No ``javac``, no source, or the build failed.
+    """
+    if jar.is_file():
+        return jar
+    sources = sorted(source_root.rglob("*.java"))
+    if not sources:
+        raise ConfigurationError(
+            f"the Java source of {what} is missing from {source_root}; reinstall lakesink"
+        )
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    compiler = javac()
+    log.info("building %s into %s", what, jar)
+    with tempfile.TemporaryDirectory(prefix="lakesink-javac-", dir=jar.parent) as work:
+        classes = Path(work, "classes")
+        command = [
+            compiler, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
+            "-cp", os.pathsep.join(map(str, class_path)), "-d", str(classes), *map(str, sources),
+        ]  # fmt: skip
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigurationError(f"javac took over 5 minutes to build {jar.name}") from exc
+        if result.returncode != 0:
+            raise ConfigurationError(
+                f"javac could not build {what} from {source_root}:\n"
+                f"{tail(result.stdout + result.stderr, 30)}"
+            )
+        staged = Path(work, jar.name)
+        with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(
+                "META-INF/MANIFEST.MF",
+                f"Manifest-Version: 1.0\nCreated-By: lakesink\nX-Lakesink-Source: {jar.stem}\n",
+            )
+            for compiled in sorted(classes.rglob("*.class")):
+                archive.write(compiled, compiled.relative_to(classes).as_posix())
+        # Atomic: a test worker or job building at the same time never sees half a jar.
+        os.replace(staged, jar)
+    return jar
+
+
+def source_digest(source_root: Path, salt: str) -> str:
+    """A digest of the Java sources under ``source_root`` and of ``salt`` (what else the
+    build depends on, such as a library's version), to name their jar by."""
+    digest = hashlib.sha256(f"release {JAVA_RELEASE}; {salt}\n".encode())
+    for source in sorted(source_root.rglob("*.java")):
+        digest.update(source.relative_to(source_root).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def fetch_jars(dependencies: Sequence[str], target: Path, *, what: str) -> Path:
@@ -244,9 +354,7 @@ def tail(text: str, lines: int = 20) -> str:
 
 
 def _ivy_jar() -> Path:
-    import pyspark
-
-    jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("ivy-*.jar"))
+    jars = sorted(pyspark_jars().glob("ivy-*.jar"))
     if not jars:
         raise ConfigurationError(
             "pyspark ships no Ivy jar (pyspark/jars/ivy-*.jar) to fetch jars with; reinstall "

@@ -115,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
 from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401
 from kafka_fixture import kafka_broker  # noqa: E402, F401
 from s3_fixture import STORES, s3_server  # noqa: E402, F401
-from tools_fixture import push_gateway  # noqa: E402, F401
+from tools_fixture import ldap_directory, push_gateway  # noqa: E402, F401
 
 
 @pytest.fixture(params=STORES)

@@ -9,13 +9,14 @@ import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.delta.modes import COMMIT_MODES
-from lakesink.errors import TableNotFoundError
+from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
 
@@ -259,12 +260,25 @@ def _write_reports(
 def _serve(args: argparse.Namespace) -> int:
     from lakesink.cli.signals import stop_requested
     from lakesink.ops.serve import ServeOptions, serve
+    from lakesink.ops.serve_access import ServeAuth, ServeTls, check_access
 
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigurationError("TLS needs both --tls-cert and --tls-key")
+    auth = ServeAuth(
+        users_file=args.users,
+        ldap_url=args.ldap_url,
+        ldap_user_dn=args.ldap_user_dn,
+        no_auth=args.no_auth,
+    )
+    tls = ServeTls(cert=args.tls_cert, key=args.tls_key) if args.tls_cert else None
+    check_access(args.host, auth, tls)  # serve checks too; this says no before "starting"
     stop = stop_requested()  # before Spark starts: a signal during the start stops it too
     print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
     options = ServeOptions(
         host=args.host,
         port=args.port,
+        auth=auth,
+        tls=tls,
         tables=tuple(args.table),
         master=args.master,
         jvm_output=jvm_output(args),
@@ -272,6 +286,38 @@ def _serve(args: argparse.Namespace) -> int:
     serve(options, stop=stop, ready=lambda url: print(f"serving SQL at {url}", flush=True))
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _serve_users(args: argparse.Namespace) -> int:
+    from lakesink.ops.serve_users import add_user, default_users_file, read_users, remove_user
+
+    path = args.users or default_users_file()
+    if args.action != "list" and not args.name:
+        raise ConfigurationError(f"give the user's name: lakesink serve-users {args.action} NAME")
+    if args.action == "list":
+        for name in read_users(path):
+            print(name)
+        return 0
+    if args.action == "remove":
+        remove_user(path, args.name)
+        print(f"removed {args.name} from {path}")
+        return 0
+    new = add_user(path, args.name, _new_password(args.name))
+    print(f"{'added' if new else 'changed the password of'} {args.name} in {path}")
+    return 0
+
+
+def _new_password(name: str) -> str:
+    """A password from the terminal (asked twice), else the first line of stdin: never from
+    the command line, which ``ps`` and the shell's history show."""
+    import getpass
+
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    first = getpass.getpass(f"password for {name}: ")
+    if getpass.getpass("again: ") != first:
+        raise ConfigurationError("the two passwords differ; nothing changed")
+    return first
 
 
 def _checkpoint_view(args: argparse.Namespace) -> int:
@@ -480,11 +526,40 @@ def build_parser() -> argparse.ArgumentParser:
         "(the shared metastore of $LAKESINK_METASTORE_URL or $LAKESINK_METASTORE_DIR, else one "
         "of its own), after (re)creating the committed view of each --table, named as its "
         "sink. Connect with beeline, a JDBC URL (jdbc:hive2://HOST:PORT/default) or dbt's "
-        "spark adapter. SIGINT or SIGTERM stops it and its JVM. Exit 0 stopped, 2 bad input "
-        "(a taken port, a table that is not a lakesink table).",
+        "spark adapter. Logins are checked against the users file (lakesink serve-users), or "
+        "by LDAP; an address other than loopback is served only with logins checked and TLS. "
+        "SIGINT or SIGTERM stops it and its JVM. Exit 0 stopped, 2 bad input (a taken port, "
+        "a table that is not a lakesink table, no users file, an address beyond loopback "
+        "without logins or TLS).",
     )
     sql.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     sql.add_argument("--port", type=int, default=10000, help="Thrift port (10000)")
+    logins = sql.add_mutually_exclusive_group()
+    logins.add_argument(
+        "--users",
+        type=Path,
+        metavar="FILE",
+        help="check logins against this users file (default ~/.config/lakesink/serve-users; "
+        "lakesink serve-users manages it)",
+    )
+    logins.add_argument(
+        "--ldap-url",
+        metavar="URL",
+        help="check logins by a bind to this LDAP directory (ldaps://HOST:636); needs "
+        "--ldap-user-dn",
+    )
+    logins.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="check no login: anyone who reaches the port reads every view (loopback only)",
+    )
+    sql.add_argument(
+        "--ldap-user-dn",
+        metavar="PATTERN",
+        help="a user's DN, %%s standing for the login name: uid=%%s,ou=people,dc=example,dc=org",
+    )
+    sql.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve TLS with this certificate")
+    sql.add_argument("--tls-key", type=Path, metavar="PEM", help="and this (unencrypted) key")
     sql.add_argument(
         "--table",
         action="append",
@@ -493,6 +568,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="a lakesink table whose committed view to serve (repeatable)",
     )
     sql.set_defaults(func=_serve)
+    users = commands.add_parser(
+        "serve-users",
+        help="add, change, remove or list the users lakesink serve admits",
+        description="Manage the users file lakesink serve checks logins against: one "
+        "NAME:HASH line per user, the password's salted bcrypt hash (no password is kept), "
+        "mode 0600. add asks for the password on the terminal, twice, or reads the first "
+        "line of stdin; it changes the password of a user who exists. A change takes effect "
+        "at the next login, without restarting the server. Exit 0 done, 2 bad input.",
+    )
+    users.add_argument("action", choices=["add", "remove", "list"])
+    users.add_argument("name", nargs="?", help="the user name (add, remove)")
+    users.add_argument(
+        "--users",
+        type=Path,
+        metavar="FILE",
+        help="the users file (default ~/.config/lakesink/serve-users)",
+    )
+    users.set_defaults(func=_serve_users)
     for sub in (status, checkpoints, validate, metrics, view, *resolve.values()):
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (validate, view, sql, *resolve.values()):

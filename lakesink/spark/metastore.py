@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.jvm import fetch_jars, java, listening, read_pid, start_daemon, wait_gone
+from lakesink.jvm import cache_dir, fetch_jars, java, listening, read_pid, start_daemon, wait_gone
 
 __all__ = [
     "DEFAULT_HOST",
@@ -55,10 +55,7 @@ CLIENT_DRIVER = "org.apache.derby.client.ClientAutoloadedDriver"
 def default_jars_dir(ivy_dir: str | None = None) -> Path:
     """Where the Derby jars go: ``derby`` beside the Ivy cache (``ivy_dir`` or
     ``$LAKESINK_IVY_DIR``), else ``~/.cache/lakesink/derby``."""
-    ivy_dir = ivy_dir or os.environ.get("LAKESINK_IVY_DIR")
-    if ivy_dir:
-        return Path(ivy_dir).resolve().parent / "derby"
-    return Path.home() / ".cache" / "lakesink" / "derby"
+    return cache_dir("derby", ivy_dir)
 
 
 def _jar(folder: Path, name: str) -> Path:

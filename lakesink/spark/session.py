@@ -33,6 +33,9 @@ IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 MASTER_ENV = "LAKESINK_SPARK_MASTER"
 METASTORE_ENV = "LAKESINK_METASTORE_DIR"
 METASTORE_URL_ENV = "LAKESINK_METASTORE_URL"
+# Settings whose values are secrets (S3 keys, passwords): Spark's own redaction pattern
+# (spark.redaction.regex).
+_SECRET_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key")
 
 
 # Spark's Kafka source and sink. Maven Central serves 4.1.1-4.1.3 of it but not 4.1.4 (the
@@ -191,6 +194,11 @@ def _launch_driver_jvm(
     mid-call. The JVM still ends with this process: pyspark's gateway exits when its stdin,
     a pipe from here, closes. Does nothing once a JVM runs (a second session of a process),
     or if pyspark no longer keeps the builder's settings where this looks for them.
+
+    Secret settings stay off its command line, where ``ps`` shows them to every user of
+    the host: ``getOrCreate`` hands every setting to the running JVM through the gateway,
+    and only what the JVM's launch needs (its class path, the packages to fetch) must be
+    there.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -200,7 +208,8 @@ def _launch_driver_jvm(
         return
     conf = SparkConf()
     for key, value in settings.items():
-        conf.set(key, str(value))
+        if not _SECRET_SETTING.search(key):
+            conf.set(key, str(value))
     popen: dict[str, object] = {"start_new_session": True}
     # pyspark's launch_gateway has no annotations.
     if output is None:

@@ -16,19 +16,22 @@ source changes. ``StorageOptions.spark_jars()`` hands it to Spark and
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
-import shutil
-import subprocess
-import tempfile
-import zipfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
-from lakesink.jvm import fetch_jars, tail
+from lakesink.jvm import (
+    IVY_DIR_ENV,
+    JAVA_RELEASE,
+    build_jar,
+    fetch_jars,
+    pyspark_jars,
+    source_digest,
+)
+from lakesink.jvm import cache_dir as jvm_cache_dir
 
 __all__ = [
     "JAVA_RELEASE",
@@ -43,8 +46,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
-JAVA_RELEASE = "17"
-IVY_DIR_ENV = "LAKESINK_IVY_DIR"
 JAR_PREFIX = "lakesink-logstore-"
 # The class lakesink's log store jar holds (lakesink/storage/java/).
 LOGSTORE_CLASS = "io.lakesink.storage.S3ConditionalLogStore"
@@ -82,11 +83,7 @@ def hadoop_version() -> str:
 
 def source_hash() -> str:
     """A digest of the Java source, the target release and the Delta version it builds for."""
-    digest = hashlib.sha256(f"release {JAVA_RELEASE}; delta {_delta_version()}\n".encode())
-    for source in _sources():
-        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode() + b"\0")
-        digest.update(source.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return source_digest(JAVA_SOURCES, f"delta {_delta_version()}")
 
 
 def logstore_jar(cache_dir: str | Path | None = None) -> Path:
@@ -100,40 +97,12 @@ def logstore_jar(cache_dir: str | Path | None = None) -> Path:
     Raises:
         ConfigurationError: No ``javac`` (a JDK 17 or later), or the build failed.
     """
-    folder = Path(cache_dir) if cache_dir else _default_cache()
+    folder = Path(cache_dir) if cache_dir else jvm_cache_dir("logstore")
     jar = folder / f"{JAR_PREFIX}{source_hash()}.jar"
     if jar.is_file():
         return jar
-    folder.mkdir(parents=True, exist_ok=True)
-    javac = _javac()
-    classpath = os.pathsep.join([str(_pyspark_jars() / "*"), str(_delta_storage_jar(folder))])
-    log.info("building lakesink's S3 log store into %s", jar)
-    with tempfile.TemporaryDirectory(prefix="lakesink-logstore-", dir=folder) as work:
-        classes = Path(work, "classes")
-        command = [
-            javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
-            "-cp", classpath, "-d", str(classes), *map(str, _sources()),
-        ]  # fmt: skip
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired as exc:
-            raise ConfigurationError(f"javac took over 5 minutes to build {jar.name}") from exc
-        if result.returncode != 0:
-            raise ConfigurationError(
-                f"javac could not build lakesink's S3 log store from {JAVA_SOURCES}:\n"
-                f"{tail(result.stdout + result.stderr, 30)}"
-            )
-        staged = Path(work, jar.name)
-        with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr(
-                "META-INF/MANIFEST.MF",
-                f"Manifest-Version: 1.0\nCreated-By: lakesink\nX-Lakesink-Source: {jar.stem}\n",
-            )
-            for compiled in sorted(classes.rglob("*.class")):
-                archive.write(compiled, compiled.relative_to(classes).as_posix())
-        # Atomic: a test worker or job building at the same time never sees half a jar.
-        os.replace(staged, jar)
-    return jar
+    class_path = [pyspark_jars() / "*", _delta_storage_jar(folder)]
+    return build_jar(jar, JAVA_SOURCES, class_path, what="lakesink's S3 log store")
 
 
 def s3a_jars(cache_dir: str | Path | None = None) -> list[Path]:
@@ -151,7 +120,7 @@ def s3a_jars(cache_dir: str | Path | None = None) -> list[Path]:
     Raises:
         ConfigurationError: Maven Central could not be reached or lacks a jar.
     """
-    folder = Path(cache_dir) if cache_dir else _default_cache()
+    folder = Path(cache_dir) if cache_dir else jvm_cache_dir("logstore")
     coordinate = f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
     target = fetch_jars(
         [coordinate], folder.parent / f"hadoop-aws-{hadoop_version()}", what=coordinate
@@ -160,48 +129,6 @@ def s3a_jars(cache_dir: str | Path | None = None) -> list[Path]:
     if not any(jar.name.startswith("hadoop-aws-") for jar in jars):
         raise ConfigurationError(f"{coordinate} fetched into {target}, but its jar is not there")
     return jars
-
-
-def _sources() -> list[Path]:
-    sources = sorted(JAVA_SOURCES.rglob("*.java"))
-    if not sources:
-        raise ConfigurationError(
-            f"lakesink's log store source is missing from {JAVA_SOURCES}; reinstall lakesink"
-        )
-    return sources
-
-
-def _default_cache() -> Path:
-    ivy = os.environ.get(IVY_DIR_ENV)
-    if ivy:
-        return Path(ivy).resolve().parent / "logstore"
-    return Path.home() / ".cache" / "lakesink" / "logstore"
-
-
-def _javac() -> str:
-    home = os.environ.get("JAVA_HOME")
-    candidates = [Path(home) / "bin" / "javac"] if home else []
-    found = shutil.which("javac")
-    if found:
-        candidates.append(Path(found))
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    raise ConfigurationError(
-        "javac is not on PATH (nor in $JAVA_HOME/bin): lakesink builds its S3 log store "
-        "from source and needs a JDK 17 or later, not only a JRE; install one (Debian: "
-        "apt-get install openjdk-17-jdk-headless) or set JAVA_HOME to a JDK"
-    )
-
-
-def _pyspark_jars() -> Path:
-    try:
-        import pyspark
-    except ImportError as exc:
-        raise ConfigurationError(
-            "pyspark is not installed; install lakesink's dependencies"
-        ) from exc
-    return Path(pyspark.__file__).resolve().parent / "jars"
 
 
 def _delta_version() -> str:
