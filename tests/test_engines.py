@@ -90,7 +90,8 @@ def duckdb_ids(path: str) -> list[int]:
     connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     connection.execute(f"LOAD '{extension}'")
     rows = connection.execute(
-        f"SELECT * EXCLUDE (COLUMNS('^{HIDDEN_PREFIX}')) FROM delta_scan('{path}') WHERE {VISIBLE}"
+        f"SELECT COLUMNS(c -> NOT starts_with(c, '{HIDDEN_PREFIX}')) "
+        f"FROM delta_scan('{path}') WHERE {VISIBLE}"
     )
     columns = [d[0] for d in rows.description]
     assert columns == ["id", "item"], columns
