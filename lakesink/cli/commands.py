@@ -15,6 +15,7 @@ from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import TableNotFoundError
+from lakesink.storage.access import check_reachable
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
 
@@ -57,6 +58,14 @@ def _metastore(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED
 
 
+def _reachable(*locations: str | None, write: bool = False) -> list[str]:
+    """The locations normalized, once each store answered (before anything else runs)."""
+    found = [normalize(location) for location in locations if location]
+    for location in found:
+        check_reachable(location, write=write)
+    return found
+
+
 def _session(args: argparse.Namespace) -> SparkSession:
     from lakesink.spark.session import spark_session
 
@@ -70,6 +79,7 @@ def _status(args: argparse.Namespace) -> int:
     from lakesink.ops.status import job_status, sink_status
 
     now = datetime.now(timezone.utc)
+    _reachable(*args.table, args.state)
     statuses = [sink_status(table) for table in args.table]
     reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
@@ -116,7 +126,8 @@ def _status(args: argparse.Namespace) -> int:
 def _checkpoints(args: argparse.Namespace) -> int:
     from lakesink.tables.checkpoints import checkpoints_path, read_history
 
-    records = read_history(checkpoints_path(args.state), args.job_id)
+    (state,) = _reachable(args.state)
+    records = read_history(checkpoints_path(state), args.job_id)
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
         return 0
@@ -137,7 +148,7 @@ def _metrics(args: argparse.Namespace) -> int:
     from lakesink.ops.metrics import MetricsExport, sink_registry
 
     export = MetricsExport(textfile=args.textfile, push_gateway=args.push_gateway, job=args.job)
-    registry = sink_registry(args.table)
+    registry = sink_registry(_reachable(*args.table))
     if args.json:
         samples = [
             {"name": s.name, "labels": s.labels, "value": s.value}
@@ -159,15 +170,33 @@ def _metrics(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve(args: argparse.Namespace) -> int:
-    from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
+# What an operator's action leaves a checkpoint as.
+DONE = {"commit": "committed", "abort": "aborted"}
 
-    table = normalize(args.table)
-    found = pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
-    rows = sum(t.row_count or 0 for t in found)
+
+def _resolve(args: argparse.Namespace) -> int:
+    from lakesink.ops.resolve import plan_resolution, resolve_checkpoint
+
+    (table,) = _reachable(args.table, write=True)
+    # Before Spark: a wrong checkpoint, a running writer, a refused action fail at once,
+    # and a checkpoint already settled needs nothing.
+    plan = plan_resolution(table, args.checkpoint, args.command)
+    done_word = DONE[args.command]
+    rows = "?" if plan.rows is None else plan.rows
+    if plan.done:
+        if args.json:
+            found = _checkpoint_json(args.checkpoint, plan.transactions)
+            print(json.dumps({f"already_{done_word}": found}, indent=2))
+        else:
+            print(
+                f"checkpoint {args.checkpoint} of {table} is already {done_word} "
+                f"({len(plan.transactions)} transaction(s), {rows} rows): nothing to do"
+            )
+        return 0
+    states = ", ".join(sorted({t.state.value for t in plan.transactions}))
     question = (
-        f"{args.command} checkpoint {args.checkpoint} of {table}: {len(found)} transaction(s), "
-        f"{rows} rows ({', '.join(sorted({t.state.value for t in found}))})?"
+        f"{args.command} checkpoint {args.checkpoint} of {table}: "
+        f"{len(plan.transactions)} transaction(s), {rows} rows ({states})?"
     )
     if not args.yes:
         if not sys.stdin.isatty():
@@ -186,11 +215,10 @@ def _resolve(args: argparse.Namespace) -> int:
         mode=getattr(args, "mode", "merge"),  # abort has no mode
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    done_word = {"commit": "committed", "abort": "aborted"}[args.command]
     if args.json:
         print(json.dumps({done_word: _checkpoint_json(args.checkpoint, done)}, indent=2))
     else:
-        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s)")
+        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s), {rows} rows")
     return 0
 
 
@@ -216,7 +244,7 @@ def _validate(args: argparse.Namespace) -> int:
     from lakesink.spark.validation import ValidationGate
 
     gate = ValidationGate.from_file(args.suite)
-    table = normalize(args.table)
+    (table,) = _reachable(args.table, write=True)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     results = revalidate_checkpoint(_session(args), table, args.checkpoint, gate)
     if args.report:
@@ -260,6 +288,7 @@ def _serve(args: argparse.Namespace) -> int:
     from lakesink.ops.serve import ServeOptions, serve
 
     stop = stop_requested()  # before Spark starts: a signal during the start stops it too
+    _reachable(*args.table)
     print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
     options = ServeOptions(
         host=args.host,
@@ -276,7 +305,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _checkpoint_view(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import create_checkpoint_view, pending_transactions
 
-    table = normalize(args.table)
+    (table,) = _reachable(args.table)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     name, transactions = create_checkpoint_view(_session(args), table, args.checkpoint, args.name)
     if args.json:
@@ -293,7 +322,8 @@ def _checkpoint_view(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_checkpoints
 
-    if not has_files(normalize(args.state)):  # before Spark: a wrong path fails fast
+    (state,) = _reachable(args.state, write=True)
+    if not has_files(state):  # before Spark: a wrong path fails fast
         raise TableNotFoundError(f"nothing at {args.state}: pass a job's --state folder")
     plan = migrate_checkpoints(_session(args), args.state, dry_run=args.dry_run)
     print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
@@ -303,7 +333,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def _migrate_table(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_table
 
-    table = normalize(args.table)
+    (table,) = _reachable(args.table, write=True)
     require_delta_table(table)  # before Spark: a wrong path fails fast
     plan = migrate_table(_session(args), table, dry_run=args.dry_run)
     print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
@@ -363,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
         "transaction with its age, rows, last error and validation result, by checkpoint "
         "id (the same ids as the job's checkpoints and the journal). With --state, also the "
         "job's last checkpoint and quarantined input. Read from the tables' logs with "
-        "delta-rs: no Spark, no JVM. Exit 0, or 2 when a table is not a lakesink table.",
+        "delta-rs: no Spark, no JVM. Exit 0, 2 when a table is not a lakesink table, 78 "
+        "when its store refuses access or does not answer.",
     )
     status.add_argument("table", nargs="+", help="path of a lakesink table")
     status.add_argument("--state", help="a job's --state folder: show its quarantined input")
@@ -396,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'Operating lakesink' lists the names. No Spark, no JVM: run it from cron with "
         "--textfile for node_exporter's textfile collector, or push it with --push-gateway. "
         "Exit 0, 2 when a table is not a lakesink table, 75 when the Pushgateway did not "
-        "answer (retry later).",
+        "answer (retry later), 78 when a table's store refuses access or does not answer.",
     )
     metrics.add_argument("table", nargs="+", help="path of a lakesink table")
     metrics.add_argument(
@@ -427,8 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{action} a pending checkpoint by hand (operator recovery)",
             description=f"{action.capitalize()} every pending transaction of a checkpoint of a "
             f"sink: {effect}. Asks for confirmation unless --yes. The writers must not be "
-            "running. Exit 0 done, 1 declined, 2 bad input, 75 a writer of it runs (retry "
-            "once it stopped).",
+            "running: the checkpoint, its writers' locks and leases and the store are "
+            f"checked before Spark starts. A checkpoint already {DONE[action]} is left as it "
+            "is, and the command says so (a retry of one that landed succeeds). Exit 0 done "
+            "(or already done), 1 declined, 2 bad input, 75 a writer of it runs (retry once "
+            "it stopped), 78 the store refuses access or does not answer.",
         )
         resolve[action].add_argument("table", help="path of the lakesink table")
         resolve[action].add_argument("--checkpoint", type=int, required=True)
@@ -496,6 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (validate, view, sql, *resolve.values()):
         add_spark_options(sub)
+    for sub in (jars, server, status, checkpoints, metrics):
+        sub.add_argument("--verbose", "-v", action="store_true", help="show a failure's full trace")
 
     migrate = commands.add_parser(
         "migrate-checkpoints",
@@ -545,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    return run_command(f"lakesink {args.command}", lambda: args.func(args))
+    return run_command(f"lakesink {args.command}", lambda: args.func(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

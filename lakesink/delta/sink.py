@@ -77,6 +77,7 @@ from lakesink.spark.sql import (
     quote_name,
     string_literal,
 )
+from lakesink.storage.access import access_error, translated
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
@@ -308,31 +309,33 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     # ----------------------------------------------------------------- hooks
 
     def _acquire(self) -> None:
-        self._table, created = ensure_sink_table(
-            self.spark,
-            self.path,
-            sink_id=self.sink_id,
-            schema=self._given_schema,
-            journal=self.journal_path,
-            partition_by=self.options.partition_by,
-            merge_schema=self.options.merge_schema,
-        )
-        self.schema = self._table.schema
-        if self.options.commit == "metadata":
-            check_publishable(self.path)
-        if self.validation is not None and self._given_schema is None:
-            self.validation.check_columns(self.schema.fieldNames())
-        # A table with history but no journal must not silently get a new, empty one:
-        # the pre-committed transactions recovery needs would be forgotten.
-        self._journal = Journal(self.spark, self.journal_path, create=created)
-        if self.options.table_name:
-            self.spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
-                f"LOCATION {string_literal(self.path)}"
+        # The first contact with the store: a refusal is said as one, whichever client met it.
+        with translated(self.path):
+            self._table, created = ensure_sink_table(
+                self.spark,
+                self.path,
+                sink_id=self.sink_id,
+                schema=self._given_schema,
+                journal=self.journal_path,
+                partition_by=self.options.partition_by,
+                merge_schema=self.options.merge_schema,
             )
-        self._lock.acquire()
-        # After the lock: no other process of this writer can append any more.
-        self._txn_version = transaction_version(self.path, self._app_id())
+            self.schema = self._table.schema
+            if self.options.commit == "metadata":
+                check_publishable(self.path)
+            if self.validation is not None and self._given_schema is None:
+                self.validation.check_columns(self.schema.fieldNames())
+            # A table with history but no journal must not silently get a new, empty one:
+            # the pre-committed transactions recovery needs would be forgotten.
+            self._journal = Journal(self.spark, self.journal_path, create=created)
+            if self.options.table_name:
+                self.spark.sql(
+                    f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
+                    f"LOCATION {string_literal(self.path)}"
+                )
+            self._lock.acquire()
+            # After the lock: no other process of this writer can append any more.
+            self._txn_version = transaction_version(self.path, self._app_id())
 
     def _ready(self) -> None:
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
@@ -374,6 +377,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def _invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
         progress = self._live(transaction)
+        with translated(self.path):
+            self._append(transaction, value, progress)
+
+    def _append(self, transaction: DeltaTransaction, value: DataFrame, progress: _Progress) -> None:
         check_columns(value.schema, self.schema, what="the DataFrame")
         frame = value.select(
             F.lit(False).alias(VISIBLE),
@@ -581,6 +588,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"attempts ({type(exc).__name__}); nothing changed, it stays pending"
             ) from exc
         except Exception as exc:
+            refused = access_error(exc, self.path, unanswered=False)
+            if refused is not None:  # the store said no: fix its settings, then commit again
+                raise refused from exc
             raise CommitStateUnknownError(
                 f"{what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
                 "stays pending, and the next commit (idempotent) settles it"
@@ -594,6 +604,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         except CommitFailedError:
             raise
         except Exception as exc:
+            refused = access_error(exc, self.path, unanswered=False)
+            if refused is not None:  # the store said no: fix its settings, then commit again
+                raise refused from exc
             raise CommitStateUnknownError(
                 f"{self.name}: the metadata commit of checkpoint {transaction.checkpoint_id} "
                 f"failed ({exc!r}); it may or may not have landed: it stays pending, and the "

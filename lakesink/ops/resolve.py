@@ -1,15 +1,19 @@
 """Operator recovery: commit, abort or re-validate a sink's pending checkpoint by hand.
 
 For when a job cannot be restarted to recover by itself, or the validation gate held a
-checkpoint. Commit and abort go through the protocol's ``resolve`` of each writer of the
-checkpoint, which takes the writer's lock (so it refuses while the writer runs) and refuses
-to commit a transaction never pre-committed or to abort one whose commit was decided.
+checkpoint. ``plan_resolution`` decides, from the journal and the writers' locks and leases
+and without Spark, whether a commit or abort can go ahead: a running writer, a transaction
+never pre-committed (for a commit), one whose commit was decided (for an abort) are refused
+before a command starts Spark, and a checkpoint already committed (or aborted) needs
+nothing. Then each writer's transactions go through the protocol's ``resolve``, which takes
+the writer's lock itself (a writer that started in between is still refused).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Literal
 
@@ -19,8 +23,10 @@ from lakesink.core import LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
-from lakesink.errors import UnknownCheckpointError
-from lakesink.ops.status import sink_status
+from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
+from lakesink.ops.status import SinkStatus, sink_status
+from lakesink.storage.lease import writer_lock
+from lakesink.storage.location import is_uri
 from lakesink.tables.format import read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
 
@@ -29,8 +35,10 @@ if TYPE_CHECKING:
     from lakesink.spark.validation import ValidationGate
 
 __all__ = [
+    "Resolution",
     "create_checkpoint_view",
     "pending_transactions",
+    "plan_resolution",
     "resolve_checkpoint",
     "revalidate_checkpoint",
 ]
@@ -51,9 +59,82 @@ def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatu
             whether it is already committed, was aborted, or never was.
     """
     status = sink_status(path)
-    found = [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
-    if found:
-        return found
+    found = _unfinished(status, checkpoint_id)
+    if not found:
+        raise _nothing_pending(status, checkpoint_id)
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """What an operator's commit or abort of a checkpoint comes to, decided before Spark.
+
+    Attributes:
+        action: ``commit`` or ``abort``.
+        checkpoint_id: The checkpoint.
+        transactions: Those to settle; when ``done``, those already settled.
+        done: The checkpoint is already in the state the action leads to (a retry of a
+            commit or abort that landed): nothing to do.
+    """
+
+    action: Literal["commit", "abort"]
+    checkpoint_id: int
+    transactions: tuple[TransactionStatus, ...]
+    done: bool
+
+    @property
+    def rows(self) -> int | None:
+        """Their rows (None when a count is unknown)."""
+        counts = [t.row_count for t in self.transactions]
+        return None if None in counts else sum(c for c in counts if c is not None)
+
+
+def plan_resolution(
+    path: str, checkpoint_id: int, action: Literal["commit", "abort"]
+) -> Resolution:
+    """Whether a commit or abort of the checkpoint can go ahead, from the journal and the
+    writers' locks and leases, without Spark: what a command checks before it starts it.
+
+    Raises:
+        UnknownCheckpointError: Nothing of it is pending, and it is not already in the
+            state the action leads to (a commit of an aborted one, an abort of a committed
+            one, or no such checkpoint).
+        ProtocolError: A commit of a transaction never pre-committed, or an abort of one
+            whose commit was decided.
+        AlreadyRunningError: A writer of the checkpoint is running (it settles it itself).
+    """
+    status = sink_status(path)
+    found = _unfinished(status, checkpoint_id)
+    if not found:
+        settled = {"commit": status.committed, "abort": status.aborted}[action]
+        done = tuple(t for t in settled if t.checkpoint_id == checkpoint_id)
+        committed = any(t.checkpoint_id == checkpoint_id for t in status.committed)
+        if done and (action == "commit" or not committed):
+            return Resolution(
+                action=action, checkpoint_id=checkpoint_id, transactions=done, done=True
+            )
+        raise _nothing_pending(status, checkpoint_id)
+    check_resolvable([_logged(t) for t in found], commit=action == "commit")
+    for writer_id in sorted({t.writer_id for t in found}):
+        lock = writer_lock(status.table_path, status.sink_id, writer_id)
+        if lock.is_held():
+            # A lease outlives a holder that died by up to its duration; a lock file does not.
+            gone = " (or, if it died, wait until its lease runs out)" if is_uri(path) else ""
+            raise AlreadyRunningError(
+                f"writer {writer_id!r} of sink {status.sink_id!r} is running (it holds "
+                f"{lock.path}) and settles checkpoint {checkpoint_id} itself; to {action} it "
+                f"by hand, stop it first{gone}"
+            )
+    return Resolution(
+        action=action, checkpoint_id=checkpoint_id, transactions=tuple(found), done=False
+    )
+
+
+def _unfinished(status: SinkStatus, checkpoint_id: int) -> list[TransactionStatus]:
+    return [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
+
+
+def _nothing_pending(status: SinkStatus, checkpoint_id: int) -> UnknownCheckpointError:
     if any(t.checkpoint_id == checkpoint_id for t in status.committed):
         why = "it is already committed"
     elif any(t.checkpoint_id == checkpoint_id for t in status.aborted):
@@ -61,7 +142,7 @@ def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatu
     else:
         why = "the sink has no such checkpoint"
     unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
-    raise UnknownCheckpointError(
+    return UnknownCheckpointError(
         f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id}: {why} "
         f"(pending checkpoints: {', '.join(map(str, unfinished)) or 'none'})"
     )
@@ -98,12 +179,17 @@ def resolve_checkpoint(
 ) -> list[TransactionStatus]:
     """Commit or abort every pending transaction of the checkpoint; return them.
 
-    Every transaction is checked before any writer's is touched. ``mode`` is how a commit
-    makes the rows visible, as ``SinkOptions.commit``: ``"merge"`` or ``"metadata"`` (the
-    files added again as committed, no row rewritten; the table must allow it).
+    Every transaction is checked before any writer's is touched (``plan_resolution``). A
+    checkpoint already in the state the action leads to is left as it is, and its settled
+    transactions are returned: a retry of a commit or abort that landed succeeds.
+    ``mode`` is how a commit makes the rows visible, as ``SinkOptions.commit``:
+    ``"merge"`` or ``"metadata"`` (the files added again as committed, no row rewritten;
+    the table must allow it). ``progress`` hears of each writer's transactions once they
+    are settled.
 
     Raises:
-        UnknownCheckpointError: Nothing is pending in that checkpoint.
+        UnknownCheckpointError: Nothing is pending in that checkpoint, and it is not
+            already committed (for a commit) or aborted (for an abort).
         ProtocolError: Commit of a transaction never pre-committed, or abort of one whose
             commit was already decided.
         AlreadyRunningError: A writer of the checkpoint is still running.
@@ -111,18 +197,28 @@ def resolve_checkpoint(
             write exactly.
     """
     SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
-    transactions = pending_transactions(path, checkpoint_id)
+    plan = plan_resolution(path, checkpoint_id, action)
+    if plan.done:
+        return list(plan.transactions)
     commit = action == "commit"
-    check_resolvable([_logged(t) for t in transactions], commit=commit)
-    for writer_id in sorted({t.writer_id for t in transactions}):
-        mine = [t for t in transactions if t.writer_id == writer_id]
-        rows = sum(t.row_count or 0 for t in mine)
-        progress(f"{action} checkpoint {checkpoint_id}: writer {writer_id}, {rows} rows")
+    done = (TxnState.COMMITTED if commit else TxnState.ABORTED).value
+    for writer_id in sorted({t.writer_id for t in plan.transactions}):
+        mine = [t for t in plan.transactions if t.writer_id == writer_id]
         options = SinkOptions(sink_id=mine[0].sink_id, writer_id=writer_id, commit=mode)
         DeltaSink(spark, path, options=options).resolve(
             checkpoint_id, commit=commit, reason=f"operator {action}"
         )
-    return transactions
+        progress(
+            f"{done} checkpoint {checkpoint_id}: writer {writer_id}, "
+            f"{_rows(t.row_count for t in mine)} rows"
+        )
+    return list(plan.transactions)
+
+
+def _rows(counts: Iterable[int | None]) -> str:
+    """A sum of row counts, or ``?`` when one is unknown."""
+    found = list(counts)
+    return "?" if None in found else str(sum(c for c in found if c is not None))
 
 
 def revalidate_checkpoint(
