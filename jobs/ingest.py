@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     # the quarantined files).
     for location in (args.table, args.totals_table, args.state, args.journal, args.landing):
         if location:
-            check_reachable(normalize(location), write=True)
+            check_reachable(normalize(location), write=True, create=True)
     if args.landing and not is_uri(args.landing) and not Path(args.landing).is_dir():
         raise ConfigurationError(
             f"the landing folder {args.landing} does not exist: create it (the job ingests "

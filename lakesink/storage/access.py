@@ -82,13 +82,15 @@ def translated(location: str) -> Iterator[None]:
         raise found from error
 
 
-def check_reachable(location: str, *, write: bool = False) -> None:
+def check_reachable(location: str, *, write: bool = False, create: bool = False) -> None:
     """Ask the store of ``location`` once whether it answers, and lets this process in.
 
     On an object store: one listing of the location, with one retry and short timeouts (a
     client's own retries take minutes to give up on an endpoint that does not answer). On
-    local disk: every folder on the way must be one this user may enter, and with ``write``
-    the nearest existing one must be writable. Nothing is created.
+    local disk: every folder on the way must be one this user may enter; with ``write``,
+    the location must be writable if it exists, and with ``create`` the folder it would be
+    made in if it does not (a missing table is another error, said by whoever needs it).
+    Nothing is created.
 
     Raises:
         StorageAccessError: The store refused, or did not answer.
@@ -110,7 +112,8 @@ def check_reachable(location: str, *, write: bool = False) -> None:
         if found is None:
             raise
         raise found from error
-    if write and not os.access(existing, os.W_OK | os.X_OK):
+    checked = write if existing == path else create
+    if checked and not os.access(existing, os.W_OK | os.X_OK):
         raise StorageAccessError(
             _message(_Cause("local-denied", "not writable", str(existing)), location)
         )
