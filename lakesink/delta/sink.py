@@ -499,6 +499,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._entry(
                 transaction,
                 TxnState.ABORTED,
+                # How many rows it leaves masked; unknown after an append that failed.
+                row_count=None if progress.failure else progress.rows,
                 detail=f"{reason}; rows kept masked until the vacuum job removes them",
             )
         )
