@@ -243,8 +243,8 @@ def _validate(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import pending_transactions, revalidate_checkpoint
     from lakesink.spark.validation import ValidationGate
 
-    gate = ValidationGate.from_file(args.suite)
     (table,) = _reachable(args.table, write=True)
+    gate = ValidationGate.from_file(args.suite)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     results = revalidate_checkpoint(_session(args), table, args.checkpoint, gate)
     if args.report:
