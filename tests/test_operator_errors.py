@@ -264,6 +264,27 @@ def test_a_failure_inside_spark_is_a_storage_access_error_too(spark, s3_server):
     assert "access denied (HTTP 403" in str(found)
 
 
+def test_expired_credentials_are_told_from_a_wrong_secret():
+    """The S3 server here cannot issue temporary credentials; AWS's answer to expired ones
+    (its documented error body, as obstore and delta-rs quote it) is read instead."""
+    from lakesink.storage.access import access_error
+
+    body = (
+        "Generic S3 error: Error performing GET https://s3.amazonaws.com/b?list-type=2 in "
+        '31ms - Server returned non-2xx status code: 400 Bad Request: <?xml version="1.0" '
+        'encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code><Message>The provided token '
+        'has expired.</Message></Error>\n\nDebug source:\nGeneric {\n    store: "S3",\n}'
+    )
+
+    found = access_error(OSError(body), "s3a://b/orders")
+
+    assert found is not None and "\n" not in str(found)
+    assert "refused s3a://b/orders: the credentials expired (ExpiredToken); renew them" in (
+        str(found)
+    )
+    assert access_error(OSError("no such file")) is None  # anything else stays itself
+
+
 # ------------------------------------------------------------------- a running writer
 
 
