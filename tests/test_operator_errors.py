@@ -208,8 +208,12 @@ def store(request, s3_server) -> Store:
 
 
 @pytest.mark.slow
-def test_every_command_says_a_refusing_store_in_one_line_with_exit_78(store, tmp_path):
+def test_every_command_says_a_refusing_store_in_one_line_with_exit_78(
+    store, tmp_path, record_property
+):
     runs = commands(store, tmp_path)
+    seconds = sorted((round(done.seconds, 2), what) for what, done in runs.items())
+    record_property("figures", f"refused in {seconds[0][0]} to {seconds[-1][0]} s: {seconds}")
 
     wrong = []
     for what, done in runs.items():
@@ -288,7 +292,7 @@ def test_expired_credentials_are_told_from_a_wrong_secret():
 # ------------------------------------------------------------------- a running writer
 
 
-def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lake):
+def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lake, record_property):
     from lakesink.ops.resolve import plan_resolution
     from lakesink.ops.status import sink_status
 
@@ -304,6 +308,9 @@ def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lak
     finally:
         sink.close()
 
+    record_property(
+        "figures", ", ".join(f"{a} refused in {d.seconds:.2f} s" for a, d in refusals.items())
+    )
     for action, done in refusals.items():
         assert done.returncode == EXIT_TRY_LATER, done.stderr
         (line,) = done.stderr.strip().splitlines()
@@ -311,7 +318,6 @@ def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lak
         assert f"checkpoint {held} itself" in line and done.stdout == ""
         assert "starting Spark" not in done.stderr and IVY_REPORT not in done.stderr
         assert done.seconds < REFUSAL_S, f"{action} took {done.seconds:.2f} s"
-        print(f"{action} refused a running writer ({lake[:3]}) in {done.seconds:.2f} s")
     (pending,) = sink_status(table).pending
     assert pending.checkpoint_id == held  # nothing changed
     # The control: with the writer stopped, the same commit may go ahead.

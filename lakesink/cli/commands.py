@@ -482,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate the rows of a checkpoint that is pre-committed or held by the "
         "validation gate with a Great Expectations suite file, and journal the result; "
         "nothing else changes (commit or abort it afterwards). Exit 0 when it passes, 1 "
-        "when it fails, 2 on bad input.",
+        "when it fails, 2 on bad input, 78 when its store refuses access or does not answer.",
     )
     validate.add_argument("table", help="path of the lakesink table")
     validate.add_argument("--checkpoint", type=int, required=True)
@@ -500,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pre-committed or held by the validation gate, user columns only, so SQL checks "
         "(dbt tests, ad hoc queries, a SQL client over the shared metastore) can audit what "
         "is about to be published. It is empty once the checkpoint is committed or "
-        "vacuumed. Exit 0 done, 2 bad input (nothing pending in that checkpoint).",
+        "vacuumed. Exit 0 done, 2 bad input (nothing pending in that checkpoint), 78 its "
+        "store refuses access or does not answer.",
     )
     view.add_argument("table", help="path of the lakesink table")
     view.add_argument("--checkpoint", type=int, required=True)
@@ -514,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
         "of its own), after (re)creating the committed view of each --table, named as its "
         "sink. Connect with beeline, a JDBC URL (jdbc:hive2://HOST:PORT/default) or dbt's "
         "spark adapter. SIGINT or SIGTERM stops it and its JVM. Exit 0 stopped, 2 bad input "
-        "(a taken port, a table that is not a lakesink table).",
+        "(a taken port, a table that is not a lakesink table), 78 a table's store refuses "
+        "access or does not answer.",
     )
     sql.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     sql.add_argument("--port", type=int, default=10000, help="Thrift port (10000)")
@@ -540,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
         "0.1 (format 1) in the current format, keeping every record; the old table is kept "
         "beside it as checkpoints.format1. Run it while the jobs of that folder are "
         "stopped. --dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad "
-        "input.",
+        "input, 78 its store refuses access or does not answer.",
     )
     migrate.add_argument("state", help="the jobs' --state folder")
     migrate.set_defaults(func=_migrate)
@@ -552,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
         "transaction, so readers skip masked files), in place and in one Delta commit; every "
         "row and transaction state is kept. Refused while a writer of the table runs. "
         "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input, 75 a "
-        "writer of the table runs.",
+        "writer of the table runs, 78 its store refuses access or does not answer.",
     )
     migrate_table.add_argument("table", help="the lakesink table's folder")
     migrate_table.set_defaults(func=_migrate_table)

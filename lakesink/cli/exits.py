@@ -105,7 +105,9 @@ def reported_error(error: BaseException) -> BaseException:
         while cause is not None:
             if isinstance(cause, StorageAccessError):
                 return cause
-            cause = cause.__cause__ or cause.__context__
+            # ``raise ... from None`` said the error it replaced does not matter.
+            context = None if cause.__suppress_context__ else cause.__context__
+            cause = cause.__cause__ or context
         for _, failure in getattr(error, "failures", ()):  # a CommitError's
             found = reported_error(failure)
             if isinstance(found, StorageAccessError):
