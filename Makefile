@@ -87,8 +87,10 @@ demo: $(STAMP)
 	$(BIN)/python jobs/demo.py --out demo-output
 
 # The documentation site, built offline into site/ (mkdocs-material, with the API reference
-# from the docstrings and the CLI reference from the parsers): open site/index.html.
+# from the docstrings and the CLI reference from the parsers): open site/index.html. The
+# generated parts are written into the pages first (commit them: the docs test compares).
 docs: $(STAMP)
+	$(BIN)/python docs/hooks.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The benchmark suite: plain Delta vs lakesink on the same data; the full run's results go to

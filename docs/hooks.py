@@ -1,6 +1,8 @@
-"""MkDocs hooks: the pages that are generated from the code at build time, so they never drift.
+"""The parts of the pages that are generated from the code, so they never drift.
 
-A page asks for a generated part with an HTML comment on a line of its own:
+A page asks for a generated part with an HTML comment on a line of its own; the part is
+written after it, up to a closing comment (``<!-- /lakesink:cli-reference -->``), into
+the committed Markdown, so the page reads whole in the repository too:
 
 - ``<!-- lakesink:cli-reference -->``: every ``lakesink`` subcommand, from the argparse
   parsers themselves (``lakesink.cli.commands.build_parser()`` and the vacuum job's parser
@@ -12,9 +14,12 @@ A page asks for a generated part with an HTML comment on a line of its own:
   or function's docstring (``lakesink.core.recovery``, ``lakesink.delta.publish``, ...),
   where the code that handles them documents them.
 
-The hook also adds the site's small stylesheet (``STYLESHEET``: a wider page, for code
-blocks whose lines carry comments). Wired in ``mkdocs.yml`` (``hooks: [docs/hooks.py]``);
-``tests/test_docs.py`` imports the same functions to check the commands the pages name.
+``python docs/hooks.py`` (which ``make docs`` runs first) writes every page's generated
+parts afresh; ``tests/test_docs.py`` checks that the committed pages hold what the code
+generates (``fill``), and imports the same functions to check the commands the pages name.
+As MkDocs hooks (``mkdocs.yml``: ``hooks: [docs/hooks.py]``) they fill the pages again when
+the site is built, and add its small stylesheet (``STYLESHEET``: a wider page, for code
+blocks whose lines carry comments).
 """
 
 from __future__ import annotations
@@ -22,14 +27,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "cli_reference",
     "exit_statuses",
     "failure_scenarios",
+    "fill",
     "layers",
     "on_files",
     "on_page_markdown",
@@ -37,10 +45,15 @@ __all__ = [
     "vacuum_parser",
 ]
 
-CLI_MARKER = "<!-- lakesink:cli-reference -->"
-EXITS_MARKER = "<!-- lakesink:exit-statuses -->"
-LAYERS_MARKER = "<!-- lakesink:layers -->"
-SCENARIOS_MARKER = re.compile(r"<!-- lakesink:scenarios ([\w.]+) -->")
+DOCS = Path(__file__).resolve().parent
+# A generated part: its opening comment (what, and for scenarios whose), what was generated
+# last, and its closing comment; a page that has only the opening comment gets the rest.
+GENERATED = re.compile(
+    r"^<!-- lakesink:(?P<what>cli-reference|exit-statuses|layers|scenarios)"
+    r"(?: (?P<name>[\w.]+))? -->\n"
+    r"(?:(?:(?!<!-- lakesink:).*\n)*?<!-- /lakesink:(?P=what) -->\n)?",
+    re.MULTILINE,
+)
 # The site's own stylesheet (listed in mkdocs.yml's extra_css): Material's page is at most
 # 61rem wide, which cuts most lines of the code blocks on a wide screen.
 STYLESHEET = "assets/stylesheets/lakesink.css"
@@ -61,14 +74,36 @@ def on_files(files: Any, *, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """MkDocs' hook: put the generated parts in where a page asks for them."""
-    if CLI_MARKER in markdown:
-        markdown = markdown.replace(CLI_MARKER, cli_reference())
-    if EXITS_MARKER in markdown:
-        markdown = markdown.replace(EXITS_MARKER, exit_statuses())
-    if LAYERS_MARKER in markdown:
-        markdown = markdown.replace(LAYERS_MARKER, layers())
-    return SCENARIOS_MARKER.sub(lambda found: failure_scenarios(found[1]), markdown)
+    """MkDocs' hook: the generated parts, as the code has them now."""
+    return fill(markdown)
+
+
+def fill(markdown: str) -> str:
+    """``markdown`` with each part it asks for generated afresh, between its comments."""
+
+    def generated(found: re.Match[str]) -> str:
+        what, name = found["what"], found["name"]
+        opening = f"<!-- lakesink:{what}{f' {name}' if name else ''} -->"
+        if what == "scenarios":
+            part = failure_scenarios(name or "")
+        else:
+            part = {"cli-reference": cli_reference, "exit-statuses": exit_statuses, "layers": layers}[
+                what
+            ]()
+        return f"{opening}\n{part.strip()}\n<!-- /lakesink:{what} -->\n"
+
+    return GENERATED.sub(generated, markdown)
+
+
+def main() -> int:
+    """Write every page's generated parts afresh; name the pages that changed."""
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        filled = fill(text)
+        if filled != text:
+            page.write_text(filled)
+            print(f"generated the parts of {page.relative_to(DOCS.parent)}", file=sys.stderr)
+    return 0
 
 
 # ---------------------------------------------------------------------------- layers
@@ -82,9 +117,8 @@ def _markdown_code(text: str) -> str:
 def layers() -> str:
     """The layers contract of ``pyproject.toml``, top down, each package with its docstring."""
     import importlib
-    from pathlib import Path
 
-    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pyproject = (DOCS.parent / "pyproject.toml").read_text()
     found = re.search(r"^layers = \[(.*?)^\]", pyproject, re.MULTILINE | re.DOTALL)
     if found is None:
         raise RuntimeError("pyproject.toml has no import-linter layers contract")
@@ -342,3 +376,7 @@ def cli_reference() -> str:
         for name, sub in commands.items():
             parts.append(_command_section(name, sub, summaries.get(name, "")))
     return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

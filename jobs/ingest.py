@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from urllib.parse import unquote
 
 from pyspark.errors import StreamingQueryException
@@ -39,10 +40,11 @@ from lakesink.cli.signals import stop_requested
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.core import step_hook_from_env
 from lakesink.delta.modes import COMMIT_MODES
-from lakesink.errors import LakesinkError
+from lakesink.errors import ConfigurationError, LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
-from lakesink.storage.location import join, normalize
+from lakesink.storage.access import check_reachable
+from lakesink.storage.location import is_uri, join, normalize
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
 
@@ -145,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMMIT_MODES,
         default="merge",
         help="how a checkpoint is made visible: a Delta MERGE that rewrites its rows "
-        "(default), or a metadata commit that adds its files again as committed "
+        "(default), or a metadata commit that moves its files into the committed partition "
         "(milliseconds; see the README's commit modes)",
     )
     parser.add_argument(
@@ -193,6 +195,16 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )
+    # Every store the job writes answers, before Spark starts (the landing folder gets
+    # the quarantined files).
+    for location in (args.table, args.totals_table, args.state, args.journal, args.landing):
+        if location:
+            check_reachable(normalize(location), write=True, create=True)
+    if args.landing and not is_uri(args.landing) and not Path(args.landing).is_dir():
+        raise ConfigurationError(
+            f"the landing folder {args.landing} does not exist: create it (the job ingests "
+            "the files that arrive there), or pass the right --landing"
+        )
 
     from lakesink.delta.sink import DeltaSink, SinkOptions
     from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
@@ -367,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'stopped' if stop.is_set() else 'done'}: {batches} batch(es)")
         return EXIT_OK
 
-    return run_command("ingest", ingest)
+    return run_command("ingest", ingest, verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ __all__ = [
     "ProtocolError",
     "ReservedColumnError",
     "SchemaMismatchError",
+    "StorageAccessError",
     "TableNotFoundError",
     "UnknownCheckpointError",
     "ValidationSuiteError",
@@ -71,6 +72,10 @@ class AlreadyRunningError(LakesinkError):
 
 class LeaseLostError(LakesinkError):
     """Raised when a writer or job lost its lease on object storage; it stops uncommitted."""
+
+
+class StorageAccessError(LakesinkError):
+    """Raised when a store refuses lakesink or cannot be reached; its settings need fixing."""
 
 
 class MetricsExportError(LakesinkError):

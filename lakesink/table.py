@@ -78,6 +78,7 @@ class Table:
     Raises:
         TableNotFoundError: No lakesink table there.
         FormatVersionError: A lakesink table of a format this version cannot read.
+        StorageAccessError: Its store refused or did not answer (as every method may).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -181,19 +182,26 @@ class Table:
         """Publish a pending or held checkpoint by hand (its writers must be stopped).
 
         ``mode`` as ``SinkOptions.commit``: ``"merge"`` rewrites the rows into the committed
-        partition, ``"metadata"`` adds their files again as committed (no row rewritten).
+        partition, ``"metadata"`` moves their files into it (no row rewritten).
+        A checkpoint already committed is left as it is, and its transactions are returned
+        (a retry of a commit that landed succeeds).
 
         Raises:
-            UnknownCheckpointError: Nothing of it is pending (the message says why).
+            UnknownCheckpointError: Nothing of it is pending, and it is not committed (the
+                message says why).
             AlreadyRunningError: A writer of it runs.
             CommitStateUnknownError: The commit failed midway; it stays pending.
+            StorageAccessError: The store refused or did not answer.
         """
         from lakesink.ops.resolve import resolve_checkpoint
 
         return resolve_checkpoint(spark, self.path, checkpoint_id, "commit", mode=mode)
 
     def abort(self, spark: SparkSession, checkpoint_id: int) -> list[TransactionStatus]:
-        """Abort a pending or held checkpoint by hand: its rows never become visible."""
+        """Abort a pending or held checkpoint by hand: its rows never become visible.
+
+        A checkpoint already aborted is left as it is, and its transactions are returned.
+        """
         from lakesink.ops.resolve import resolve_checkpoint
 
         return resolve_checkpoint(spark, self.path, checkpoint_id, "abort")

@@ -5,12 +5,19 @@ page's fenced blocks:
 
 - ```` ```python ```` blocks run in order, in one namespace, in a fresh empty folder as the
   current directory, in this process, with the suite's Spark session (a snippet's
-  ``lakesink.spark_session()`` gets it back through ``getOrCreate``); a page whose blocks
-  need more gets it from the suite's fixtures (the S3 page: a bucket on the S3 server);
+  ``lakesink.spark_session()`` gets it back through ``getOrCreate``);
 - ```` ```sh ```` commands that start with ``lakesink `` or ``python jobs/`` then run as
   processes in that folder (the installed ``lakesink`` script; the repository's
   ``jobs/``, with this Python), each expected to exit 0 unless a comment on its line says
   ``# exit N``; the other commands of a ``sh`` block are checked as a ``console`` block's;
+- the pages a reader follows block by block (``FOLLOWED``: the S3 and the operating
+  guides) are run exactly so: every block in the page's order, every command of their
+  ``sh`` blocks (``mkdir``, ``echo ... >`` and the rest through bash, with the
+  environment's ``lakesink`` and ``python`` first on ``PATH``), and each ``print(...)``
+  of a ``python`` block with a comment must print what the comment starts with. The one
+  stand-in: the S3 server the S3 page starts with ``python -m lakesink.testing.s3`` is the
+  suite's (its ``start`` makes the buckets it names there, its ``status`` finds the
+  variables exported, its ``stop`` leaves it running for the other tests);
 - ```` ```console ```` blocks do not run: every ``make TARGET`` they name must be a target
   of the Makefile, and every ``lakesink COMMAND`` a real subcommand (inline code in the
   text is held to the same);
@@ -27,9 +34,11 @@ home page and a guide with their titles.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import html.parser
 import importlib.util
+import io
 import json
 import os
 import re
@@ -37,6 +46,7 @@ import shlex
 import subprocess
 import sys
 import time
+import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -292,6 +302,27 @@ def test_the_parsing_finds_what_it_should() -> None:
     ) == ["lakesink.Tabel", "lakesink.sources.kafka", "lakesink/faults.py"]
 
 
+# ------------------------------------------------------------------ the generated parts
+
+
+def test_the_pages_hold_what_the_code_generates() -> None:
+    """The exit statuses, the CLI reference, the layers and the failure scenarios are in
+    the committed Markdown (read in the repository, a page is whole), as generated now."""
+    hooks = docs_hooks()
+    stale = [page_id(page) for page in PAGES if hooks.fill(page.read_text()) != page.read_text()]
+    assert not stale, f"generated parts are stale in {stale}: run make docs, and commit them"
+    operating = (DOCS / "guides" / "operating.md").read_text()
+    assert "| 78 | the store refused access" in operating  # the table itself, not a marker
+    # The controls: a page with only the opening comment, or an old part, is filled afresh.
+    bare = "<!-- lakesink:exit-statuses -->\n"
+    old = "<!-- lakesink:exit-statuses -->\n| 9 | old |\n<!-- /lakesink:exit-statuses -->\n"
+    assert (
+        hooks.fill(bare)
+        == hooks.fill(old)
+        == (f"{bare}{hooks.exit_statuses()}\n<!-- /lakesink:exit-statuses -->\n")
+    )
+
+
 # ----------------------------------------------------------------------- the snippets
 
 
@@ -299,6 +330,8 @@ def _environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("LAKESINK_IVY_DIR", str(REPO / ".cache" / "ivy"))  # the Makefile's
     env.pop("PYSPARK_GATEWAY_PORT", None)  # a child starts its own JVM
+    # `lakesink` and `python` are the environment's, as in a reader's activated one.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 
@@ -349,14 +382,6 @@ def _jvm_working_directory(spark: Any, folder: Path) -> Iterator[None]:
             spark.conf.set(_CHECKPOINT_MANAGER, manager)
 
 
-def _prepare(page: Path, request: pytest.FixtureRequest) -> None:
-    """What a page's blocks need beyond the Spark session, made by the suite's fixtures."""
-    if page == DOCS / "guides" / "s3.md":  # its tables are in bucket `lakesink`
-        from lakesink.testing.s3 import create_bucket
-
-        create_bucket(request.getfixturevalue("s3_server"), "lakesink")
-
-
 def _since(started: float) -> str:
     return f"{time.monotonic() - started:.1f} s"
 
@@ -404,8 +429,10 @@ def test_page_snippets(
     folder = tmp_path / "page"
     folder.mkdir()
     monkeypatch.chdir(folder)
+    if page in FOLLOWED:
+        _follow(page, found, folder, spark, request)
+        return
     if python:
-        _prepare(page, request)
         namespace: dict = {"__name__": f"docs_page_{page.stem}"}
         timings: list[str] = []
         with _jvm_working_directory(spark, folder):
@@ -418,24 +445,100 @@ def test_page_snippets(
                 _stop_streams(namespace)
                 print("\n".join(timings), file=sys.stderr)  # shown by pytest when it fails
     for block, command in to_run:
-        print(f"{command}", file=sys.stderr)
-        expected = EXPECTED_EXIT.search(command)
-        status = int(expected[1]) if expected else 0
-        started = time.monotonic()
-        result = subprocess.run(
-            _argv(command),
-            cwd=folder,
-            env=_environment(),
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-        )
-        print(f"  exit {result.returncode} after {_since(started)}", file=sys.stderr)
-        assert result.returncode == status, (
-            f"{page_id(page)} line {block.line}: {command!r} exited {result.returncode}, "
-            f"not {status}, after {_since(started)}\n"
-            f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
-        )
+        _run_command(page, block, command, _argv(command), folder)
+
+
+def _run_command(page: Path, block: Block, command: str, argv: list[str], folder: Path) -> None:
+    """Run one command of a page in its folder; it must exit as its comment says (or 0)."""
+    print(f"{command}", file=sys.stderr)
+    expected = EXPECTED_EXIT.search(command)
+    status = int(expected[1]) if expected else 0
+    started = time.monotonic()
+    result = subprocess.run(
+        argv,
+        cwd=folder,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    print(f"  exit {result.returncode} after {_since(started)}", file=sys.stderr)
+    assert result.returncode == status, (
+        f"{page_id(page)} line {block.line}: {command!r} exited {result.returncode}, "
+        f"not {status}, after {_since(started)}\n"
+        f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+    )
+
+
+# --------------------------------------------------------------- pages followed in order
+
+FOLLOWED = (DOCS / "guides" / "s3.md", DOCS / "guides" / "operating.md")
+# The S3 page's own server: `python -m lakesink.testing.s3 start|status|stop ...`, maybe in
+# an `eval "$(...)"`.
+_S3_SERVER = re.compile(r'^(?:eval "\$\()?python -m lakesink\.testing\.s3 (start|status|stop)\b')
+
+
+def _follow(
+    page: Path, found: list[Block], folder: Path, spark: Any, request: pytest.FixtureRequest
+) -> None:
+    """Every block of ``page`` in its order, as a reader runs them in ``folder``."""
+    namespace: dict = {"__name__": f"docs_page_{page.stem}"}
+    with contextlib.ExitStack() as stack:
+        if spark is not None:
+            stack.enter_context(_jvm_working_directory(spark, folder))
+            stack.callback(_stop_streams, namespace)
+        for block in found:
+            if block.language in RUN_LANGUAGES:
+                started = time.monotonic()
+                _run_statements(page, block, namespace)
+                print(f"python block at line {block.line}: {_since(started)}", file=sys.stderr)
+                continue
+            if block.language not in SHELL_LANGUAGES:
+                continue
+            for command in commands(block.code):
+                server = _S3_SERVER.match(command)
+                if server:
+                    _s3_server_stand_in(server[1], command, request)
+                elif runs(command):
+                    _run_command(page, block, command, _argv(command), folder)
+                else:
+                    _run_command(page, block, command, ["bash", "-c", command], folder)
+
+
+def _s3_server_stand_in(action: str, command: str, request: pytest.FixtureRequest) -> None:
+    """What the page's own S3 server command does, done with the suite's server."""
+    from lakesink.testing.s3 import create_bucket
+
+    server = request.getfixturevalue("s3_server")
+    if action == "start":
+        for bucket in re.findall(r"--bucket[ =](\S+)", command):
+            create_bucket(server, bucket)
+    elif action == "status":  # the page exports what it prints: the fixture has
+        assert all(os.environ.get(k) == v for k, v in server.environment().items()), command
+
+
+def _run_statements(page: Path, block: Block, namespace: dict) -> None:
+    """Run a block statement by statement; a ``print(...)`` whose line ends with a comment
+    must print what the comment starts with (``print(x)  # 2, read with delta-rs``)."""
+    source = "\n" * (block.line - 1) + block.code  # the page's own line numbers
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+    for statement in ast.parse(source, filename=str(page)).body:
+        printed = io.StringIO()
+        code = compile(ast.Module(body=[statement], type_ignores=[]), str(page), "exec")
+        with contextlib.redirect_stdout(printed):
+            exec(code, namespace)
+        sys.stdout.write(printed.getvalue())
+        said = comments.get(statement.end_lineno or statement.lineno)
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        if said and isinstance(call, ast.Call) and getattr(call.func, "id", "") == "print":
+            shown = printed.getvalue().strip()
+            assert said.startswith(shown) and shown, (
+                f"{page_id(page)} line {statement.lineno} printed {shown!r}; the page says {said!r}"
+            )
 
 
 # --------------------------------------------------------------------------- the site

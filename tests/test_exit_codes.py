@@ -172,8 +172,8 @@ def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, 
         "metrics": lakesink("metrics", missing, env=env),
         "checkpoints": lakesink("checkpoints", "--state", missing, env=env),
         "commit (no table)": lakesink("commit", missing, "--checkpoint", "1", "--yes", env=env),
-        "commit (committed)": lakesink("commit", good, "--checkpoint", "1", "--yes", env=env),
-        "abort (aborted)": lakesink("abort", good, "--checkpoint", "3", "--yes", env=env),
+        "abort (committed)": lakesink("abort", good, "--checkpoint", "1", "--yes", env=env),
+        "commit (aborted)": lakesink("commit", good, "--checkpoint", "3", "--yes", env=env),
         "abort (never was)": lakesink("abort", good, "--checkpoint", "9", "--yes", env=env),
         "validate": lakesink("validate", good, "--checkpoint", "1", "--suite", str(suite), env=env),
         "checkpoint-view": lakesink("checkpoint-view", missing, "--checkpoint", "1", env=env),
@@ -185,15 +185,23 @@ def test_bad_input_ends_each_command_and_job_with_2_before_spark_starts(tables, 
             "ingest.py", "--kafka", "127.0.0.1:9", "--table", missing, "--state", missing, env=env
         ),
     }
+    # A retry of a commit or abort that landed: nothing to do, and that is success.
+    settled = {
+        "commit (committed)": lakesink("commit", good, "--checkpoint", "1", "--yes", env=env),
+        "abort (aborted)": lakesink("abort", good, "--checkpoint", "3", "--yes", env=env),
+    }
     for what, result in runs.items():
         assert result.returncode == EXIT_BAD_INPUT, (what, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, what
         assert "starting Spark" not in result.stderr, what
-    # Refused before any JVM: no run started java.
+    for what, result in settled.items():
+        assert result.returncode == EXIT_OK, (what, result.stderr[-2000:])
+        assert "nothing to do" in result.stdout + result.stderr, what
+    # Refused (or settled) before any JVM: no run started java.
     assert not java_starts.exists(), java_starts.read_text()
     assert "no Delta table at" in runs["status"].stderr
-    assert "checkpoint 1: it is already committed" in runs["commit (committed)"].stderr
-    assert "checkpoint 3: it was aborted" in runs["abort (aborted)"].stderr
+    assert "checkpoint 1: it is already committed" in runs["abort (committed)"].stderr
+    assert "checkpoint 3: it was aborted" in runs["commit (aborted)"].stderr
     assert "the sink has no such checkpoint (pending checkpoints: 2)" in (
         runs["abort (never was)"].stderr
     )

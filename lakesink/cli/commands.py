@@ -17,6 +17,7 @@ from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, ru
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.delta.modes import COMMIT_MODES
 from lakesink.errors import ConfigurationError, TableNotFoundError
+from lakesink.storage.access import check_reachable
 from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
 
@@ -59,6 +60,14 @@ def _metastore(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED
 
 
+def _reachable(*locations: str | None, write: bool = False) -> list[str]:
+    """The locations normalized, once each store answered (before anything else runs)."""
+    found = [normalize(location) for location in locations if location]
+    for location in found:
+        check_reachable(location, write=write)
+    return found
+
+
 def _session(args: argparse.Namespace) -> SparkSession:
     from lakesink.spark.session import spark_session
 
@@ -72,6 +81,7 @@ def _status(args: argparse.Namespace) -> int:
     from lakesink.ops.status import job_status, sink_status
 
     now = datetime.now(timezone.utc)
+    _reachable(*args.table, args.state)
     statuses = [sink_status(table) for table in args.table]
     reports = [status.as_dict(now) for status in statuses]
     job = job_status(args.state, args.job_id) if args.state else None
@@ -118,7 +128,8 @@ def _status(args: argparse.Namespace) -> int:
 def _checkpoints(args: argparse.Namespace) -> int:
     from lakesink.tables.checkpoints import checkpoints_path, read_history
 
-    records = read_history(checkpoints_path(args.state), args.job_id)
+    (state,) = _reachable(args.state)
+    records = read_history(checkpoints_path(state), args.job_id)
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
         return 0
@@ -139,7 +150,7 @@ def _metrics(args: argparse.Namespace) -> int:
     from lakesink.ops.metrics import MetricsExport, sink_registry
 
     export = MetricsExport(textfile=args.textfile, push_gateway=args.push_gateway, job=args.job)
-    registry = sink_registry(args.table)
+    registry = sink_registry(_reachable(*args.table))
     if args.json:
         samples = [
             {"name": s.name, "labels": s.labels, "value": s.value}
@@ -161,15 +172,33 @@ def _metrics(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve(args: argparse.Namespace) -> int:
-    from lakesink.ops.resolve import pending_transactions, resolve_checkpoint
+# What an operator's action leaves a checkpoint as.
+DONE = {"commit": "committed", "abort": "aborted"}
 
-    table = normalize(args.table)
-    found = pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
-    rows = sum(t.row_count or 0 for t in found)
+
+def _resolve(args: argparse.Namespace) -> int:
+    from lakesink.ops.resolve import plan_resolution, resolve_checkpoint
+
+    (table,) = _reachable(args.table, write=True)
+    # Before Spark: a wrong checkpoint, a running writer, a refused action fail at once,
+    # and a checkpoint already settled needs nothing.
+    plan = plan_resolution(table, args.checkpoint, args.command)
+    done_word = DONE[args.command]
+    rows = "?" if plan.rows is None else plan.rows
+    if plan.done:
+        if args.json:
+            found = _checkpoint_json(args.checkpoint, plan.transactions)
+            print(json.dumps({f"already_{done_word}": found}, indent=2))
+        else:
+            print(
+                f"checkpoint {args.checkpoint} of {table} is already {done_word} "
+                f"({len(plan.transactions)} transaction(s), {rows} rows): nothing to do"
+            )
+        return 0
+    states = ", ".join(sorted({t.state.value for t in plan.transactions}))
     question = (
-        f"{args.command} checkpoint {args.checkpoint} of {table}: {len(found)} transaction(s), "
-        f"{rows} rows ({', '.join(sorted({t.state.value for t in found}))})?"
+        f"{args.command} checkpoint {args.checkpoint} of {table}: "
+        f"{len(plan.transactions)} transaction(s), {rows} rows ({states})?"
     )
     if not args.yes:
         if not sys.stdin.isatty():
@@ -188,11 +217,10 @@ def _resolve(args: argparse.Namespace) -> int:
         mode=getattr(args, "mode", "merge"),  # abort has no mode
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    done_word = {"commit": "committed", "abort": "aborted"}[args.command]
     if args.json:
         print(json.dumps({done_word: _checkpoint_json(args.checkpoint, done)}, indent=2))
     else:
-        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s)")
+        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s), {rows} rows")
     return 0
 
 
@@ -217,8 +245,8 @@ def _validate(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import pending_transactions, revalidate_checkpoint
     from lakesink.spark.validation import ValidationGate
 
+    (table,) = _reachable(args.table, write=True)
     gate = ValidationGate.from_file(args.suite)
-    table = normalize(args.table)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     results = revalidate_checkpoint(_session(args), table, args.checkpoint, gate)
     if args.report:
@@ -273,6 +301,7 @@ def _serve(args: argparse.Namespace) -> int:
     tls = ServeTls(cert=args.tls_cert, key=args.tls_key) if args.tls_cert else None
     check_access(args.host, auth, tls)  # serve checks too; this says no before "starting"
     stop = stop_requested()  # before Spark starts: a signal during the start stops it too
+    _reachable(*args.table)
     print("starting Spark and the SQL server ...", file=sys.stderr, flush=True)
     options = ServeOptions(
         host=args.host,
@@ -323,7 +352,7 @@ def _new_password(name: str) -> str:
 def _checkpoint_view(args: argparse.Namespace) -> int:
     from lakesink.ops.resolve import create_checkpoint_view, pending_transactions
 
-    table = normalize(args.table)
+    (table,) = _reachable(args.table)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     name, transactions = create_checkpoint_view(_session(args), table, args.checkpoint, args.name)
     if args.json:
@@ -340,7 +369,8 @@ def _checkpoint_view(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_checkpoints
 
-    if not has_files(normalize(args.state)):  # before Spark: a wrong path fails fast
+    (state,) = _reachable(args.state, write=True)
+    if not has_files(state):  # before Spark: a wrong path fails fast
         raise TableNotFoundError(f"nothing at {args.state}: pass a job's --state folder")
     plan = migrate_checkpoints(_session(args), args.state, dry_run=args.dry_run)
     print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
@@ -350,7 +380,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def _migrate_table(args: argparse.Namespace) -> int:
     from lakesink.ops.migrate import migrate_table
 
-    table = normalize(args.table)
+    (table,) = _reachable(args.table, write=True)
     require_delta_table(table)  # before Spark: a wrong path fails fast
     plan = migrate_table(_session(args), table, dry_run=args.dry_run)
     print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
@@ -410,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
         "transaction with its age, rows, last error and validation result, by checkpoint "
         "id (the same ids as the job's checkpoints and the journal). With --state, also the "
         "job's last checkpoint and quarantined input. Read from the tables' logs with "
-        "delta-rs: no Spark, no JVM. Exit 0, or 2 when a table is not a lakesink table.",
+        "delta-rs: no Spark, no JVM. Exit 0, 2 when a table is not a lakesink table, 78 "
+        "when its store refuses access or does not answer.",
     )
     status.add_argument("table", nargs="+", help="path of a lakesink table")
     status.add_argument("--state", help="a job's --state folder: show its quarantined input")
@@ -443,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'Operating lakesink' lists the names. No Spark, no JVM: run it from cron with "
         "--textfile for node_exporter's textfile collector, or push it with --push-gateway. "
         "Exit 0, 2 when a table is not a lakesink table, 75 when the Pushgateway did not "
-        "answer (retry later).",
+        "answer (retry later), 78 when a table's store refuses access or does not answer.",
     )
     metrics.add_argument("table", nargs="+", help="path of a lakesink table")
     metrics.add_argument(
@@ -474,8 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{action} a pending checkpoint by hand (operator recovery)",
             description=f"{action.capitalize()} every pending transaction of a checkpoint of a "
             f"sink: {effect}. Asks for confirmation unless --yes. The writers must not be "
-            "running. Exit 0 done, 1 declined, 2 bad input, 75 a writer of it runs (retry "
-            "once it stopped).",
+            "running: the checkpoint, its writers' locks and leases and the store are "
+            f"checked before Spark starts. A checkpoint already {DONE[action]} is left as it "
+            "is, and the command says so (a retry of one that landed succeeds). Exit 0 done "
+            "(or already done), 1 declined, 2 bad input, 75 a writer of it runs (retry once "
+            "it stopped), 78 the store refuses access or does not answer.",
         )
         resolve[action].add_argument("table", help="path of the lakesink table")
         resolve[action].add_argument("--checkpoint", type=int, required=True)
@@ -486,8 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMMIT_MODES,
         default="merge",
         help="how the rows become visible: a Delta MERGE that rewrites them into the "
-        "committed partition (default), or a metadata commit that adds their files again as "
-        "committed, rewriting no row (as the writer's --commit / SinkOptions.commit)",
+        "committed partition (default), or a metadata commit that moves their files there, "
+        "rewriting no row (as the writer's --commit / SinkOptions.commit)",
     )
     validate = commands.add_parser(
         "validate",
@@ -495,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate the rows of a checkpoint that is pre-committed or held by the "
         "validation gate with a Great Expectations suite file, and journal the result; "
         "nothing else changes (commit or abort it afterwards). Exit 0 when it passes, 1 "
-        "when it fails, 2 on bad input.",
+        "when it fails, 2 on bad input, 78 when its store refuses access or does not answer.",
     )
     validate.add_argument("table", help="path of the lakesink table")
     validate.add_argument("--checkpoint", type=int, required=True)
@@ -513,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pre-committed or held by the validation gate, user columns only, so SQL checks "
         "(dbt tests, ad hoc queries, a SQL client over the shared metastore) can audit what "
         "is about to be published. It is empty once the checkpoint is committed or "
-        "vacuumed. Exit 0 done, 2 bad input (nothing pending in that checkpoint).",
+        "vacuumed. Exit 0 done, 2 bad input (nothing pending in that checkpoint), 78 its "
+        "store refuses access or does not answer.",
     )
     view.add_argument("table", help="path of the lakesink table")
     view.add_argument("--checkpoint", type=int, required=True)
@@ -530,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         "by LDAP; an address other than loopback is served only with logins checked and TLS. "
         "SIGINT or SIGTERM stops it and its JVM. Exit 0 stopped, 2 bad input (a taken port, "
         "a table that is not a lakesink table, no users file, an address beyond loopback "
-        "without logins or TLS).",
+        "without logins or TLS), 78 a table's store refuses access or does not answer.",
     )
     sql.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     sql.add_argument("--port", type=int, default=10000, help="Thrift port (10000)")
@@ -590,6 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (validate, view, sql, *resolve.values()):
         add_spark_options(sub)
+    for sub in (jars, server, status, checkpoints, metrics):
+        sub.add_argument("--verbose", "-v", action="store_true", help="show a failure's full trace")
 
     migrate = commands.add_parser(
         "migrate-checkpoints",
@@ -598,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
         "0.1 (format 1) in the current format, keeping every record; the old table is kept "
         "beside it as checkpoints.format1. Run it while the jobs of that folder are "
         "stopped. --dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad "
-        "input.",
+        "input, 78 its store refuses access or does not answer.",
     )
     migrate.add_argument("state", help="the jobs' --state folder")
     migrate.set_defaults(func=_migrate)
@@ -611,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
         "place and in one Delta commit; every row and transaction state is kept. Refused "
         "while a writer of the table runs. "
         "--dry-run says what it would do. Exit 0 done (or nothing to do), 2 bad input, 75 a "
-        "writer of the table runs.",
+        "writer of the table runs, 78 its store refuses access or does not answer.",
     )
     migrate_table.add_argument("table", help="the lakesink table's folder")
     migrate_table.set_defaults(func=_migrate_table)
@@ -640,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    return run_command(f"lakesink {args.command}", lambda: args.func(args))
+    return run_command(f"lakesink {args.command}", lambda: args.func(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

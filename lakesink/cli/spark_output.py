@@ -3,15 +3,14 @@
 The driver JVM prints Ivy's dependency report (about 40 lines on every start), start-up
 warnings and its log lines to the terminal, before and between the few lines a command
 means to say. A command that starts Spark sends them to a file instead; after a failure
-the command names that file (it holds the JVM's side of the story), after success it
-deletes it.
+the command names that file (it holds the JVM's side of the story, and the failure's
+full trace), after success it deletes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -29,7 +28,8 @@ def add_spark_options(parser: argparse.ArgumentParser) -> None:
         "-v",
         action="store_true",
         help="show Spark's own output (Ivy's dependency report, start-up warnings, its log "
-        "lines) here; without it, it goes to a file that a failed run names",
+        "lines) and a failure's full trace here; without them, they go to a file that a "
+        "failed run names",
     )
 
 
@@ -43,16 +43,17 @@ def jvm_output(args: argparse.Namespace) -> Path | None:
     return Path(name)
 
 
-def settle(status: int) -> None:
-    """Delete the output of a run that succeeded; name the output of one that did not.
+def settle(status: int) -> Path | None:
+    """Delete the output of a run that succeeded; keep that of one that did not, and
+    return it (None when nothing was kept).
 
-    ``run_command`` calls it once the run has its status.
+    ``run_command`` calls it once the run has its status, and names the file it returns.
     """
+    kept = None
     for path in _files:
         if status == 0 or not path.exists() or path.stat().st_size == 0:
             path.unlink(missing_ok=True)
         else:
-            print(
-                f"Spark's own output of this run (or run with --verbose): {path}", file=sys.stderr
-            )
+            kept = path
     _files.clear()
+    return kept

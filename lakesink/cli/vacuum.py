@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, cast
 from lakesink.cli.exits import EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import ConfigurationError
+from lakesink.storage.access import check_reachable
 from lakesink.storage.files import require_delta_table
 from lakesink.storage.location import normalize
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,  # stdout carries the report (and only the report with --json)
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
-    return run_command("lakesink vacuum", lambda: _vacuum(args))
+    return run_command("lakesink vacuum", lambda: _vacuum(args), verbose=args.verbose)
 
 
 def _vacuum(args: argparse.Namespace) -> int:
@@ -111,7 +112,11 @@ def _vacuum(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
         )
-    require_delta_table(normalize(args.table))
+    table = normalize(args.table)
+    for location in (table, args.journal and normalize(args.journal)):
+        if location:
+            check_reachable(location, write=True)
+    require_delta_table(table)
     from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
 
     metrics = MetricsExport(

@@ -203,6 +203,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         self._clock: Clock = clock or SystemClock()
         self._timeout = timeout
         self._current: TransactionHolder[TxnT] | None = None
+        self._written = False  # whether anything was written into the open transaction
         self._pending: list[TransactionHolder[TxnT]] = []
         self._held: list[TransactionHolder[TxnT]] = []
         # Verdicts other than pre-committed of checkpoints not notified yet, so that their
@@ -350,6 +351,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """Write a value into the open transaction."""
         self._check_running()
         assert self._current is not None
+        self._written = True  # before: a write that fails may have left rows
         self._invoke(self._current.handle, value)
 
     def snapshot_state(self, checkpoint_id: int) -> SinkState[TxnT]:
@@ -561,7 +563,14 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         current, self._current = self._current, None
         try:
             if current is not None:
-                log.info("%s: closing, aborting open transaction %r", self.name, current)
+                # An open transaction nothing was written into has nothing to undo: no news.
+                log.log(
+                    logging.INFO if self._written else logging.DEBUG,
+                    "%s: closing; the open transaction of checkpoint %d %s",
+                    self.name,
+                    current.checkpoint_id,
+                    "is aborted" if self._written else "wrote nothing: nothing to abort",
+                )
                 self._abort(current.handle, "the sink closed before its checkpoint")
         finally:
             self._release_once()
@@ -636,6 +645,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 "publish another transaction's data"
             )
         holder = TransactionHolder(handle, checkpoint_id, self._clock.millis())
+        self._written = False
         log.debug("%s: began %r", self.name, holder)
         return holder
 

@@ -11,8 +11,8 @@ publishes a checkpoint in every table of a group and then records the group's cu
 - ``MergeCommitter``: one MERGE keyed on the checkpoint id and the transaction id, which
   moves the rows from the transaction's pending partition into the committed one (retried
   on write conflicts). Run again, it finds nothing left there and changes nothing.
-- ``MetadataCommitter``: one delta-rs commit that adds the transaction's files again with
-  the committed partition's values (``lakesink.delta.publish``).
+- ``MetadataCommitter``: one delta-rs commit that moves the transaction's files into the
+  committed partition, no byte written again (``lakesink.delta.publish``).
 
 A committer raises ``CommitFailedError`` when the commit surely did not happen (retry it),
 ``CommitStateUnknownError`` when it may have (the next, idempotent, commit settles it).
@@ -41,6 +41,7 @@ from lakesink.spark.settings import (
     session_conf,
 )
 from lakesink.spark.sql import delta_path, string_literal
+from lakesink.storage.access import access_error
 from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE, commit_metadata
 
 __all__ = [
@@ -153,6 +154,7 @@ class MergeCommitter(Committer):
                 f"({type(exc).__name__}); nothing changed, it stays pending"
             ) from exc
         except Exception as exc:
+            _raise_if_refused(exc, c.table)
             raise CommitStateUnknownError(
                 f"{c.what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
                 "stays pending, and the next commit (idempotent) settles it"
@@ -160,7 +162,7 @@ class MergeCommitter(Committer):
 
 
 class MetadataCommitter(Committer):
-    """Publishes by adding the transaction's files again as committed (delta-rs), reading
+    """Publishes by moving the transaction's files into the committed partition (delta-rs), reading
     and writing no row."""
 
     def commit(self, committable: Committable, *, on_retry: OnRetry | None = None) -> int:
@@ -170,11 +172,20 @@ class MetadataCommitter(Committer):
         except CommitFailedError:
             raise
         except Exception as exc:
+            _raise_if_refused(exc, c.table)
             raise CommitStateUnknownError(
                 f"the metadata commit of checkpoint {c.checkpoint_id} of {c.table} failed "
                 f"({exc!r}); it may or may not have landed: it stays pending, and the next "
                 "commit (idempotent) settles it"
             ) from exc
+
+
+def _raise_if_refused(error: Exception, table: str) -> None:
+    """The store said no (a wrong secret, a missing bucket): fix its settings, then commit
+    again; not a commit whose outcome is unknown."""
+    refused = access_error(error, table, unanswered=False)
+    if refused is not None:
+        raise refused from error
 
 
 def committer(

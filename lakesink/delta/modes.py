@@ -7,6 +7,6 @@ from typing import Literal, get_args
 __all__ = ["COMMIT_MODES", "CommitMode"]
 
 #: How a commit makes rows visible: a MERGE that rewrites them, or a metadata commit that
-#: adds their files again as committed (``lakesink.delta.committer``).
+#: moves their files into the committed partition (``lakesink.delta.committer``).
 CommitMode = Literal["merge", "metadata"]
 COMMIT_MODES: tuple[CommitMode, ...] = get_args(CommitMode)

@@ -77,6 +77,7 @@ from lakesink.spark.sql import (
     quote_name,
     string_literal,
 )
+from lakesink.storage.access import translated
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
@@ -156,10 +157,10 @@ class SinkOptions:
         commit: How a commit makes its rows visible. ``"merge"`` (the default): a Delta
             MERGE moves them into the committed partition, rewriting them (seconds; undone
             by RESTORE; Delta's conflict checks guard it). ``"metadata"``: one delta-rs
-            commit adds the transaction's files again with the committed partition's
-            values, no row read or written (milliseconds, flat in rows); RESTORE does not
-            hide them again, the change data feed shows each row twice, and tables with
-            row tracking or deletion vectors are refused (``lakesink.delta.publish``).
+            commit moves the transaction's files into the committed partition, no row
+            read or written (milliseconds, flat in rows, on local disk); the change data
+            feed shows each row deleted and inserted, and tables with row tracking or
+            deletion vectors are refused (``lakesink.delta.publish``).
         merge_schema: Add the columns ``schema`` has and an existing table lacks, as
             Delta's ``mergeSchema`` does (nullable columns only; rows written before read
             them as null). A dropped column or a changed type is still refused.
@@ -367,29 +368,31 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def _acquire(self) -> None:
         # A new table's journal is made before it (ensure_sink_table), then the writer
         # lock, then the view: a crash after any of them leaves what the next open completes.
-        self._table, created = ensure_sink_table(
-            self.spark,
-            self.path,
-            sink_id=self.sink_id,
-            schema=self._given_schema,
-            journal=self.journal_path,
-            partition_by=self.options.partition_by,
-            merge_schema=self.options.merge_schema,
-        )
-        self.schema = self._table.schema
-        if self.options.commit == "metadata":
-            check_publishable(self.path)
-        if self.validation is not None and self._given_schema is None:
-            self.validation.check_columns(self.schema.fieldNames())
-        self._journal = self._open_journal(created)
-        if self.options.table_name:
-            self.spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
-                f"LOCATION {string_literal(self.path)}"
+        # The first contact with the store: a refusal is said as one, whichever client met it.
+        with translated(self.path):
+            self._table, created = ensure_sink_table(
+                self.spark,
+                self.path,
+                sink_id=self.sink_id,
+                schema=self._given_schema,
+                journal=self.journal_path,
+                partition_by=self.options.partition_by,
+                merge_schema=self.options.merge_schema,
             )
-        self._lock.acquire()
-        # After the lock: no other process of this writer can append any more.
-        self._txn_version = transaction_version(self.path, self._app_id())
+            self.schema = self._table.schema
+            if self.options.commit == "metadata":
+                check_publishable(self.path)
+            if self.validation is not None and self._given_schema is None:
+                self.validation.check_columns(self.schema.fieldNames())
+            self._journal = self._open_journal(created)
+            if self.options.table_name:
+                self.spark.sql(
+                    f"CREATE TABLE IF NOT EXISTS {quote_name(self.options.table_name)} USING DELTA "
+                    f"LOCATION {string_literal(self.path)}"
+                )
+            self._lock.acquire()
+            # After the lock: no other process of this writer can append any more.
+            self._txn_version = transaction_version(self.path, self._app_id())
 
     def _open_journal(self, created: bool) -> Journal:
         """The table's journal; created for an existing table only if it has no history.
@@ -447,6 +450,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def _invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
         progress = self._live(transaction)
+        with translated(self.path):
+            self._append(transaction, value, progress)
+
+    def _append(self, transaction: DeltaTransaction, value: DataFrame, progress: _Progress) -> None:
         check_columns(value.schema, self.schema, what="the DataFrame")
         frame = value.select(
             F.lit(False).alias(VISIBLE),
@@ -570,6 +577,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._entry(
                 transaction,
                 TxnState.ABORTED,
+                # How many rows it leaves masked; unknown after an append that failed.
+                row_count=None if progress.failure else progress.rows,
                 detail=f"{reason}; rows kept masked until the vacuum job removes them",
             )
         )

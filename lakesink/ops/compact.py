@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -47,7 +48,8 @@ class Compaction:
         path: The table.
         what: ``committed rows`` (of a sink table) or ``journal``.
         predicate: The part of the table OPTIMIZE compacts (empty: all of it).
-        files_before: Data files in the compacted part before.
+        files_before: Data files in the compacted part when it is compacted (a plan
+            counts in those its run adds first).
         files_removed: Files OPTIMIZE rewrote (0 in a dry run, or when nothing was small).
         files_added: The files it wrote in their place.
     """
@@ -61,24 +63,35 @@ class Compaction:
 
 
 def plan_compaction(
-    table_path: str, journal_path: str | None, *, min_files: int = MIN_FILES
+    table_path: str,
+    journal_path: str | None,
+    *,
+    min_files: int = MIN_FILES,
+    added: Mapping[str, int] | None = None,
 ) -> list[Compaction]:
     """What a compaction of a sink table would merge, with file counts; changes nothing.
 
     The sink table's committed partition, and its journal if there is one, each only if it
-    holds at least ``min_files`` files.
+    holds at least ``min_files`` files. ``added``: files a run adds to a part (by
+    ``Compaction.what``) before it compacts, counted in, so that a dry run says what the
+    run would rewrite.
     """
+    added = added or {}
     parts = [
         Compaction(
             path=table_path,
             what="committed rows",
             predicate=COMMITTED_FILTER,
-            files_before=file_count(table_path, {VISIBLE: "true"}),
+            files_before=file_count(table_path, {VISIBLE: "true"}) + added.get("committed rows", 0),
         )
     ]
     if journal_path and is_delta_table(journal_path):
         parts.append(
-            Compaction(path=journal_path, what="journal", files_before=file_count(journal_path))
+            Compaction(
+                path=journal_path,
+                what="journal",
+                files_before=file_count(journal_path) + added.get("journal", 0),
+            )
         )
     for part in parts:
         if part.files_before < min_files:

@@ -9,7 +9,8 @@ Every sink metric carries the labels ``sink`` (the sink id) and ``table`` (its p
 - ``lakesink_committed_checkpoints_total`` / ``lakesink_aborted_checkpoints_total``.
 - ``lakesink_committed_rows_total``.
 - ``lakesink_last_committed_checkpoint``, ``lakesink_last_commit_timestamp_seconds``.
-- ``lakesink_commit_latency_seconds``: histogram of pre-commit to visible, per transaction.
+- ``lakesink_commit_latency_seconds``: histogram of pre-commit (or the validation gate's
+  hold) to visible, per transaction.
 - ``lakesink_vacuumed_transactions_total`` / ``lakesink_vacuumed_rows_total``: what the
   vacuum job removed.
 
@@ -272,11 +273,14 @@ def _add_sink(families: dict[str, Metric], status: SinkStatus, now: datetime) ->
     vacuumed = [t for t in status.aborted if t.vacuumed]
     put("vacuumed_transactions", len(vacuumed))
     put("vacuumed_rows", sum(t.row_count or 0 for t in vacuumed))
-    latencies = [
-        (t.first_at[TxnState.COMMITTED] - t.first_at[TxnState.PRE_COMMITTED]).total_seconds()
+    # From its pre-commit record, which holds it when the validation gate does: a held
+    # checkpoint an operator committed counts as every other committed one does.
+    staged = [
+        (t, min(t.first_at[s] for s in (TxnState.PRE_COMMITTED, TxnState.HELD) if s in t.first_at))
         for t in committed
-        if TxnState.PRE_COMMITTED in t.first_at
+        if t.states & {TxnState.PRE_COMMITTED, TxnState.HELD}
     ]
+    latencies = [(t.first_at[TxnState.COMMITTED] - at).total_seconds() for t, at in staged]
     families["commit_latency_seconds"].add_metric(  # type: ignore[attr-defined]
         labels, _buckets(latencies), sum_value=sum(latencies)
     )

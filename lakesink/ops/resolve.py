@@ -1,15 +1,21 @@
 """Operator recovery: commit, abort or re-validate a sink's pending checkpoint by hand.
 
 For when a job cannot be restarted to recover by itself, or the validation gate held a
-checkpoint. Commit and abort go through the protocol's ``resolve`` of each writer of the
-checkpoint, which takes the writer's lock (so it refuses while the writer runs) and refuses
-to commit a transaction never pre-committed or to abort one whose commit was decided.
+checkpoint. ``plan_resolution`` decides, from the journal and the writers' locks and leases
+and without Spark, whether a commit or abort can go ahead: a running writer, a transaction
+never pre-committed (for a commit), one whose commit was decided (for an abort) are refused
+before a command starts Spark, and a checkpoint already committed (or aborted) needs
+nothing. Then each writer's transactions go through the protocol's ``resolve``, which takes
+the writer's lock itself (a writer that started in between is still refused). A checkpoint
+of a table of a group (``lakesink.core.cut``) is settled in every table of the group, never
+in one alone, and a commit then records the group's new cut.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Literal
 
@@ -20,8 +26,10 @@ from lakesink.core.recovery import check_resolvable
 from lakesink.delta.modes import CommitMode
 from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
-from lakesink.errors import UnknownCheckpointError
+from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
+from lakesink.storage.lease import writer_lock
+from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
 from lakesink.tables.format import read_sink_table
@@ -32,9 +40,11 @@ if TYPE_CHECKING:
     from lakesink.spark.validation import ValidationGate
 
 __all__ = [
+    "Resolution",
     "checkpoint_tables",
     "create_checkpoint_view",
     "pending_transactions",
+    "plan_resolution",
     "resolve_checkpoint",
     "revalidate_checkpoint",
 ]
@@ -43,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 def checkpoint_tables(path: str) -> tuple[Cut | None, dict[str, str]]:
-    """Where a checkpoint of the table at ``path`` is resolved: in every table of its group
+    """Where a checkpoint of the table at ``path`` is settled: in every table of its group
     (and the group's newest cut), or in the table alone; the tables by sink id."""
     found, _ = read_sink_table_log(path)
     cut = group_cut(found.sink_id, found.journal_path)
@@ -66,30 +76,112 @@ def pending_transactions(path: str, checkpoint_id: int) -> list[TransactionStatu
             whether it is already committed, was aborted, or never was.
     """
     _, tables = checkpoint_tables(path)
-    found = [
-        t
-        for table in tables.values()
-        for t in _unfinished(sink_status(table))
-        if t.checkpoint_id == checkpoint_id
-    ]
-    if found:
-        return found
+    found = _pending_in(tables.values(), checkpoint_id)
+    if not found:
+        raise _nothing_pending(sink_status(path), checkpoint_id)
+    return found
+
+
+def _pending_in(tables: Iterable[str], checkpoint_id: int) -> list[TransactionStatus]:
+    return [t for table in tables for t in _unfinished(sink_status(table), checkpoint_id)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """What an operator's commit or abort of a checkpoint comes to, decided before Spark.
+
+    Attributes:
+        action: ``commit`` or ``abort``.
+        checkpoint_id: The checkpoint.
+        transactions: Those to settle; when ``done``, those already settled.
+        done: The checkpoint is already in the state the action leads to (a retry of a
+            commit or abort that landed): nothing to do.
+        tables: The tables it is settled in, by sink id: the table's group's, or itself.
+        cut: The group's newest cut (None: a table in no group).
+    """
+
+    action: Literal["commit", "abort"]
+    checkpoint_id: int
+    transactions: tuple[TransactionStatus, ...]
+    done: bool
+    tables: Mapping[str, str]
+    cut: Cut | None = None
+
+    @property
+    def rows(self) -> int | None:
+        """Their rows (None when a count is unknown)."""
+        counts = [t.row_count for t in self.transactions]
+        return None if None in counts else sum(c for c in counts if c is not None)
+
+
+def plan_resolution(
+    path: str, checkpoint_id: int, action: Literal["commit", "abort"]
+) -> Resolution:
+    """Whether a commit or abort of the checkpoint can go ahead, from the journal and the
+    writers' locks and leases, without Spark: what a command checks before it starts it.
+
+    Raises:
+        UnknownCheckpointError: Nothing of it is pending, and it is not already in the
+            state the action leads to (a commit of an aborted one, an abort of a committed
+            one, or no such checkpoint).
+        ProtocolError: A commit of a transaction never pre-committed, or an abort of one
+            whose commit was decided.
+        AlreadyRunningError: A writer of the checkpoint is running (it settles it itself).
+    """
+    cut, tables = checkpoint_tables(path)
     status = sink_status(path)
+    found = _pending_in(tables.values(), checkpoint_id)
+    if not found:
+        settled = {"commit": status.committed, "abort": status.aborted}[action]
+        done = tuple(t for t in settled if t.checkpoint_id == checkpoint_id)
+        committed = any(t.checkpoint_id == checkpoint_id for t in status.committed)
+        if done and (action == "commit" or not committed):
+            return Resolution(
+                action=action,
+                checkpoint_id=checkpoint_id,
+                transactions=done,
+                done=True,
+                tables=tables,
+                cut=cut,
+            )
+        raise _nothing_pending(status, checkpoint_id)
+    check_resolvable([_logged(t) for t in found], commit=action == "commit")
+    for sink_id, writer_id in sorted({(t.sink_id, t.writer_id) for t in found}):
+        lock = writer_lock(tables[sink_id], sink_id, writer_id)
+        if lock.is_held():
+            # A lease outlives a holder that died by up to its duration; a lock file does not.
+            gone = " (or, if it died, wait until its lease runs out)" if is_uri(path) else ""
+            raise AlreadyRunningError(
+                f"writer {writer_id!r} of sink {sink_id!r} is running (it holds "
+                f"{lock.path}) and settles checkpoint {checkpoint_id} itself; to {action} it "
+                f"by hand, stop it first{gone}"
+            )
+    return Resolution(
+        action=action,
+        checkpoint_id=checkpoint_id,
+        transactions=tuple(found),
+        done=False,
+        tables=tables,
+        cut=cut,
+    )
+
+
+def _unfinished(status: SinkStatus, checkpoint_id: int) -> list[TransactionStatus]:
+    return [t for t in (*status.pending, *status.held) if t.checkpoint_id == checkpoint_id]
+
+
+def _nothing_pending(status: SinkStatus, checkpoint_id: int) -> UnknownCheckpointError:
     if any(t.checkpoint_id == checkpoint_id for t in status.committed):
         why = "it is already committed"
     elif any(t.checkpoint_id == checkpoint_id for t in status.aborted):
         why = "it was aborted (its rows never become visible; the vacuum removes them)"
     else:
         why = "the sink has no such checkpoint"
-    unfinished = sorted({t.checkpoint_id for t in _unfinished(status)})
-    raise UnknownCheckpointError(
+    unfinished = sorted({t.checkpoint_id for t in (*status.pending, *status.held)})
+    return UnknownCheckpointError(
         f"sink {status.sink_id!r} has nothing pending in checkpoint {checkpoint_id}: {why} "
         f"(pending checkpoints: {', '.join(map(str, unfinished)) or 'none'})"
     )
-
-
-def _unfinished(status: SinkStatus) -> list[TransactionStatus]:
-    return [*status.pending, *status.held]
 
 
 def create_checkpoint_view(
@@ -126,12 +218,17 @@ def resolve_checkpoint(
     In a table of a group (``lakesink.core.cut``) the checkpoint is committed or aborted in
     every table of the group, never in one alone, and a commit then records the group's
     new cut: readers see it in all the tables at once. Every transaction is checked before
-    any writer's is touched. ``mode`` is how a commit makes the rows visible, as
-    ``SinkOptions.commit``: ``"merge"`` or ``"metadata"`` (the files added again as
-    committed, no row rewritten; the table must allow it).
+    any writer's is touched (``plan_resolution``). A checkpoint already in the state the
+    action leads to is left as it is, and its settled transactions are returned: a retry of
+    a commit or abort that landed succeeds.
+    ``mode`` is how a commit makes the rows visible, as ``SinkOptions.commit``:
+    ``"merge"`` or ``"metadata"`` (the files moved into the committed partition, no row rewritten;
+    the table must allow it). ``progress`` hears of each writer's transactions once they
+    are settled.
 
     Raises:
-        UnknownCheckpointError: Nothing is pending in that checkpoint.
+        UnknownCheckpointError: Nothing is pending in that checkpoint, and it is not
+            already committed (for a commit) or aborted (for an abort).
         ProtocolError: Commit of a transaction never pre-committed, or abort of one whose
             commit was already decided.
         AlreadyRunningError: A writer of the checkpoint is still running.
@@ -139,30 +236,33 @@ def resolve_checkpoint(
             write exactly.
     """
     SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
-    cut, tables = checkpoint_tables(path)
-    transactions = pending_transactions(path, checkpoint_id)
+    plan = plan_resolution(path, checkpoint_id, action)
+    if plan.done:
+        return list(plan.transactions)
     commit = action == "commit"
-    check_resolvable([_logged(t) for t in transactions], commit=commit)
-    sinks = []
-    for sink_id, table in sorted(tables.items()):
-        mine = [t for t in transactions if t.sink_id == sink_id]
-        for writer_id in sorted({t.writer_id for t in mine}):
-            rows = sum(t.row_count or 0 for t in mine if t.writer_id == writer_id)
-            progress(
-                f"{action} checkpoint {checkpoint_id} of {table}: writer {writer_id}, {rows} rows"
-            )
-            options = SinkOptions(sink_id=sink_id, writer_id=writer_id, commit=mode)
-            sink = DeltaSink(spark, table, options=options)
-            sink.resolve(checkpoint_id, commit=commit, reason=f"operator {action}")
-            sinks.append(sink)
-    if cut is not None and commit:
-        record_cut(cut.group_id, max(cut.checkpoint_id, checkpoint_id), _one_per_table(sinks))
-        progress(f"the group's tables are read at its new cut: {', '.join(sorted(tables))}")
-    return transactions
+    done = (TxnState.COMMITTED if commit else TxnState.ABORTED).value
+    sinks = {}
+    for sink_id, writer_id in sorted({(t.sink_id, t.writer_id) for t in plan.transactions}):
+        mine = [t for t in plan.transactions if (t.sink_id, t.writer_id) == (sink_id, writer_id)]
+        table = plan.tables[sink_id]
+        options = SinkOptions(sink_id=sink_id, writer_id=writer_id, commit=mode)
+        sinks[sink_id] = DeltaSink(spark, table, options=options)
+        sinks[sink_id].resolve(checkpoint_id, commit=commit, reason=f"operator {action}")
+        progress(
+            f"{done} checkpoint {checkpoint_id} of {table}: writer {writer_id}, "
+            f"{_rows(t.row_count for t in mine)} rows"
+        )
+    if plan.cut is not None and commit:
+        last = max(plan.cut.checkpoint_id, checkpoint_id)
+        record_cut(plan.cut.group_id, last, sinks.values())
+        progress(f"the group's tables are read at its new cut: {', '.join(sorted(plan.tables))}")
+    return list(plan.transactions)
 
 
-def _one_per_table(sinks: list[DeltaSink]) -> list[DeltaSink]:
-    return list({sink.sink_id: sink for sink in sinks}.values())
+def _rows(counts: Iterable[int | None]) -> str:
+    """A sum of row counts, or ``?`` when one is unknown."""
+    found = list(counts)
+    return "?" if None in found else str(sum(c for c in found if c is not None))
 
 
 def revalidate_checkpoint(

@@ -6,6 +6,7 @@ Spark job and no JVM, so ``lakesink status`` answers in a fraction of a second.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,8 @@ from lakesink.core import TxnState
 from lakesink.core.validation import ValidationReport
 from lakesink.storage.location import normalize
 from lakesink.tables.checkpoints import checkpoints_path, read_history
-from lakesink.tables.deltars import read_sink_table_log
+from lakesink.tables.deltars import partition_files, read_sink_table_log
+from lakesink.tables.format import PENDING
 from lakesink.tables.journal import TransactionStatus, read_transactions
 
 __all__ = ["SinkStatus", "job_status", "sink_status"]
@@ -70,7 +72,9 @@ def sink_status(path: str) -> SinkStatus:
     """Where the sink writing the lakesink table at ``path`` stands."""
     path = normalize(path)
     table, _ = read_sink_table_log(path)
-    transactions = read_transactions(table.journal_path, table.sink_id, table_path=path)
+    transactions = _with_masked_rows(
+        path, read_transactions(table.journal_path, table.sink_id, table_path=path)
+    )
     return SinkStatus(
         sink_id=table.sink_id,
         table_path=path,
@@ -80,6 +84,20 @@ def sink_status(path: str) -> SinkStatus:
         held=tuple(s for s in transactions if s.state is TxnState.HELD),
         aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
     )
+
+
+def _with_masked_rows(path: str, transactions: list[TransactionStatus]) -> list[TransactionStatus]:
+    """The transactions, each one the journal gives no row count (an open one: its count is
+    journaled at its pre-commit) counted from its masked rows in the table's log, while
+    they are there."""
+    unknown = [
+        t.txn_id for t in transactions if t.row_count is None and t.state is not TxnState.COMMITTED
+    ]
+    found = partition_files(path, PENDING, unknown) if unknown else {}
+    return [
+        dataclasses.replace(t, row_count=found[t.txn_id].rows) if t.txn_id in found else t
+        for t in transactions
+    ]
 
 
 def job_status(state_dir: str, job_id: str) -> dict[str, Any]:

@@ -36,7 +36,8 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -348,7 +349,20 @@ def plan_vacuum(
         already_vacuumed=already,
         unpublished=tuple(committed[txn_id] for txn_id in left),
         compaction=(
-            tuple(plan_compaction(path, journal.path, min_files=compact_min_files))
+            tuple(
+                plan_compaction(
+                    path,
+                    journal.path,
+                    min_files=compact_min_files,
+                    # What the run itself adds before it compacts: the files of the
+                    # leftovers it publishes again, and a journal commit for its expiries
+                    # and one for its removals.
+                    added={
+                        "committed rows": sum(len(found[t].files) for t in left),
+                        "journal": int(bool(expired)) + int(bool(targets)),
+                    },
+                )
+            )
             if compact
             else ()
         ),
@@ -364,7 +378,12 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         log.info("%s: marking %d expired open transaction(s) aborted", prefix, len(plan.expired))
         journal.record(
             *(
-                _entry(s, plan, f"expired by vacuum after {_age(plan.now - s.opened_at)}")
+                _entry(
+                    s,
+                    plan,
+                    f"expired by vacuum after {_age(plan.now - s.opened_at)}",
+                    row_count=plan.rows.get(s.txn_id),
+                )
                 for s in plan.expired
             )
         )
@@ -404,7 +423,12 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         rows = deleted
         journal.record(
             *(
-                _entry(s, plan, f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed")
+                _entry(
+                    s,
+                    plan,
+                    f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed",
+                    row_count=plan.rows.get(s.txn_id, 0),
+                )
                 for s in targets
             )
         )
@@ -601,7 +625,7 @@ def _vacuum_files(
     settings = {RETENTION_WINDOW_CONF: "false"}
     if short:  # only for these two commands, like the window setting
         settings[RETENTION_CHECK_CONF] = "false"
-    with session_conf(spark, settings):
+    with session_conf(spark, settings), _quiet_console(spark):
         files = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()} | pending
         size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
         log.info(
@@ -615,6 +639,31 @@ def _vacuum_files(
         if not dry_run:
             spark.sql(statement).collect()
     return len(files), size
+
+
+@contextmanager
+def _quiet_console(spark: SparkSession) -> Iterator[None]:
+    """Nothing that Scala code prints to the console while the block runs reaches it.
+
+    Delta's VACUUM prints "Deleted N files and directories in a total of M directories."
+    (its own count, of folders too) on the driver's stdout: a Python caller's own output,
+    beside the report that says what was removed. Scala's console stream is per thread,
+    and the JVM thread that runs this Python thread's statements is always the same one.
+    Without a JVM in this process (Spark Connect), nothing is changed.
+    """
+    jvm: Any = getattr(spark, "_jvm", None)
+    try:
+        console = getattr(jvm.scala, "Console$").__getattr__("MODULE$")
+        shown = console.out()
+        nowhere = jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
+        console.setOutDirect(nowhere)
+    except Exception:  # no JVM here, or another Scala: the line stays
+        yield
+        return
+    try:
+        yield
+    finally:
+        console.setOutDirect(shown)
 
 
 def _file_size(spark: SparkSession, uri: str) -> int:
@@ -634,9 +683,15 @@ def _file_size(spark: SparkSession, uri: str) -> int:
         return 0
 
 
-def _entry(status: TransactionStatus, plan: VacuumPlan, detail: str) -> JournalEntry:
+def _entry(
+    status: TransactionStatus, plan: VacuumPlan, detail: str, row_count: int | None = None
+) -> JournalEntry:
     return status.event(
-        table_path=plan.table_path, state=TxnState.ABORTED, event_time=plan.now, detail=detail
+        table_path=plan.table_path,
+        state=TxnState.ABORTED,
+        event_time=plan.now,
+        detail=detail,
+        row_count=row_count,
     )
 
 

@@ -14,11 +14,13 @@ import os
 import re
 import shutil
 import uuid
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
 from lakesink.errors import TableNotFoundError
+from lakesink.storage.access import translated
 from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
 
@@ -38,8 +40,15 @@ __all__ = [
 ]
 
 
+# A probe before Spark starts (``lakesink.storage.access.check_reachable``) gives up after
+# one retry and a few seconds: a client's defaults (10 retries, 3 minutes) suit a writer
+# riding out a blip, not an operator's command against an endpoint that is wrong.
+_QUICK_RETRY = {"max_retries": 1, "retry_timeout": timedelta(seconds=5)}
+_QUICK_TIMEOUTS = {"connect_timeout": "3s", "timeout": "10s"}
+
+
 @lru_cache(maxsize=32)
-def _store(root: str, options: StorageOptions) -> Any:
+def _store(root: str, options: StorageOptions, quick: bool = False) -> Any:
     from obstore.store import from_url
 
     # object_store takes delta-rs's option names (lower case) and its s3:// spelling; obstore
@@ -51,15 +60,21 @@ def _store(root: str, options: StorageOptions) -> Any:
     return from_url(
         options.deltars_uri(root),
         config=cast(Any, config),
-        client_options={"allow_http": allow_http},
+        client_options=cast(Any, {"allow_http": allow_http, **(_QUICK_TIMEOUTS if quick else {})}),
+        retry_config=cast(Any, _QUICK_RETRY) if quick else None,
     )
 
 
-def object_store(location: str, options: StorageOptions | None = None) -> tuple[Any, str]:
-    """An ``obstore`` store for the bucket of the URI ``location``, and its key there."""
+def object_store(
+    location: str, options: StorageOptions | None = None, *, quick: bool = False
+) -> tuple[Any, str]:
+    """An ``obstore`` store for the bucket of the URI ``location``, and its key there.
+
+    ``quick``: a store that gives up after one retry and a few seconds (for a probe).
+    """
     scheme, _, rest = location.partition("://")
     bucket, _, key = rest.partition("/")
-    return _store(f"{scheme}://{bucket}", options or StorageOptions.from_env()), key
+    return _store(f"{scheme}://{bucket}", options or StorageOptions.from_env(), quick), key
 
 
 # What makes a Delta log hold a table: a commit or a checkpoint. A log folder with neither
@@ -73,15 +88,19 @@ def has_files(location: str, *, but_uncommitted_log: bool = False) -> bool:
 
     With ``but_uncommitted_log``, a Delta log with no commit in it (what a table creation cut
     short leaves) counts as nothing: a new table may be created there.
+
+    Raises:
+        StorageAccessError: The store refused or did not answer (as every function here).
     """
-    if not is_uri(location):
-        folder = Path(location)
-        names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
-    else:
-        store, key = object_store(location)
-        listed = store.list_with_delimiter(_prefix(key))
-        names = {o["path"].rpartition("/")[2] for o in listed["objects"]}
-        names |= {p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"]}
+    with translated(location):
+        if not is_uri(location):
+            folder = Path(location)
+            names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        else:
+            store, key = object_store(location)
+            listed = store.list_with_delimiter(_prefix(key))
+            names = {o["path"].rpartition("/")[2] for o in listed["objects"]}
+            names |= {p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"]}
     if but_uncommitted_log and "_delta_log" in names and not is_delta_table(location):
         names.discard("_delta_log")
     return bool(names)
@@ -97,6 +116,7 @@ def require_delta_table(location: str) -> None:
 
     Raises:
         TableNotFoundError: No Delta log there; the message names the location.
+        StorageAccessError: The store refused or did not answer.
     """
     if not is_delta_table(location):
         raise TableNotFoundError(
@@ -106,12 +126,15 @@ def require_delta_table(location: str) -> None:
 
 def folder_names(location: str) -> list[str]:
     """The names of the files directly in the folder ``location`` (none if it is absent)."""
-    if not is_uri(location):
-        folder = Path(location)
-        return sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-    store, key = object_store(location)
-    listed = store.list_with_delimiter(_prefix(key))
-    return sorted(o["path"].rpartition("/")[2] for o in listed["objects"])
+    with translated(location):
+        if not is_uri(location):
+            folder = Path(location)
+            return (
+                sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+            )
+        store, key = object_store(location)
+        listed = store.list_with_delimiter(_prefix(key))
+        return sorted(o["path"].rpartition("/")[2] for o in listed["objects"])
 
 
 def _prefix(key: str) -> str | None:
@@ -126,64 +149,69 @@ def copy_file(source: str, target: str) -> None:
 
 def read_bytes(location: str) -> bytes:
     """The whole content of the file ``location``."""
-    if not is_uri(location):
-        return Path(location).read_bytes()
-    from obstore import get
+    with translated(location):
+        if not is_uri(location):
+            return Path(location).read_bytes()
+        from obstore import get
 
-    store, key = object_store(location)
-    return bytes(get(store, key).bytes())
+        store, key = object_store(location)
+        return bytes(get(store, key).bytes())
 
 
 def write_bytes(location: str, content: bytes) -> None:
     """Write the file ``location`` whole (its local folder is made if missing)."""
-    if not is_uri(location):
-        Path(location).parent.mkdir(parents=True, exist_ok=True)
-        Path(location).write_bytes(content)
-        return
-    from obstore import put
+    with translated(location):
+        if not is_uri(location):
+            Path(location).parent.mkdir(parents=True, exist_ok=True)
+            Path(location).write_bytes(content)
+            return
+        from obstore import put
 
-    store, key = object_store(location)
-    put(store, key, content)
+        store, key = object_store(location)
+        put(store, key, content)
 
 
 def remove_file(location: str) -> None:
     """Delete the file ``location`` (local or on an object store)."""
-    if not is_uri(location):
-        Path(location).unlink()
-        return
-    from obstore import delete
+    with translated(location):
+        if not is_uri(location):
+            Path(location).unlink()
+            return
+        from obstore import delete
 
-    store, key = object_store(location)
-    delete(store, key)
+        store, key = object_store(location)
+        delete(store, key)
 
 
 def place_file(source: str, target: str) -> None:
     """Make the file ``source`` also be at ``target`` without writing its bytes again: a hard
     link on local disk, a copy inside the store (no byte through this process) on an object
     store. A ``target`` already there (placed before) is left as it is."""
-    if not is_uri(source):
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.link(source, target)
-        return
-    from obstore import copy
+    with translated(source):
+        if not is_uri(source):
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.link(source, target)
+            return
+        from obstore import copy
 
-    store, source_key = object_store(source)
-    _, target_key = object_store(target)
-    copy(store, source_key, target_key)
+        store, source_key = object_store(source)
+        _, target_key = object_store(target)
+        copy(store, source_key, target_key)
 
 
 def remove_folder(location: str) -> None:
     """Delete the folder ``location`` and everything in it (on an object store: every
     object under it)."""
-    if not is_uri(location):
-        shutil.rmtree(location, ignore_errors=True)
-        return
-    from obstore import delete
+    with translated(location):
+        if not is_uri(location):
+            shutil.rmtree(location, ignore_errors=True)
+            return
+        from obstore import delete
 
-    store, key = object_store(location)
-    for chunk in store.list(f"{key}/"):
-        delete(store, [entry["path"] for entry in chunk])
+        store, key = object_store(location)
+        for chunk in store.list(f"{key}/"):
+            delete(store, [entry["path"] for entry in chunk])
 
 
 def create_file(location: str, content: bytes) -> None:
@@ -193,20 +221,21 @@ def create_file(location: str, content: bytes) -> None:
     Raises:
         FileExistsError: It exists; it was left as it was.
     """
-    if not is_uri(location):
-        target = Path(location)
-        draft = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        draft.write_bytes(content)
-        try:
-            os.link(draft, target)  # fails if the target exists, unlike a rename
-        finally:
-            draft.unlink()
-        return
-    from obstore import put
-    from obstore.exceptions import AlreadyExistsError
+    with translated(location):
+        if not is_uri(location):
+            target = Path(location)
+            draft = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+            draft.write_bytes(content)
+            try:
+                os.link(draft, target)  # fails if the target exists, unlike a rename
+            finally:
+                draft.unlink()
+            return
+        from obstore import put
+        from obstore.exceptions import AlreadyExistsError
 
-    store, key = object_store(location)
-    try:
-        put(store, key, content, mode="create")
-    except AlreadyExistsError:
-        raise FileExistsError(location) from None
+        store, key = object_store(location)
+        try:
+            put(store, key, content, mode="create")
+        except AlreadyExistsError:
+            raise FileExistsError(location) from None

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from lakesink.core import ProcessLock
 from lakesink.errors import AlreadyRunningError, LeaseLostError
+from lakesink.storage.access import translated
 from lakesink.storage.files import folder_names, object_store
 from lakesink.storage.location import is_uri, join
 
@@ -170,7 +171,8 @@ class ObjectLease:
         try:
             holder, _, _ = self._read()
             if holder == self._me:
-                delete(self._store, self._key)
+                with translated(self.path):
+                    delete(self._store, self._key)
         except FileNotFoundError:  # what obstore raises for a missing object
             pass
 
@@ -187,15 +189,17 @@ class ObjectLease:
 
         now = self._clock()
         body = json.dumps({"holder": self._me, "expires": now + self.seconds}).encode()
-        result = put(self._store, self._key, body, mode=mode)  # type: ignore[arg-type]
+        with translated(self.path):
+            result = put(self._store, self._key, body, mode=mode)  # type: ignore[arg-type]
         self._version = result["e_tag"]
         self._renewed_at = now
 
     def _read(self) -> tuple[str, float, str | None]:
         from obstore import get
 
-        found = get(self._store, self._key)
-        lease = json.loads(bytes(found.bytes()))
+        with translated(self.path):
+            found = get(self._store, self._key)
+            lease = json.loads(bytes(found.bytes()))
         return lease["holder"], float(lease["expires"]), found.meta["e_tag"]
 
     def _renew(self) -> None:

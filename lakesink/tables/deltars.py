@@ -35,6 +35,7 @@ from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
 from pyspark.sql.types import StructType
 
 from lakesink.errors import TableNotFoundError
+from lakesink.storage.access import translated
 from lakesink.storage.files import folder_names
 from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
@@ -74,7 +75,8 @@ def append_rows(path: str, rows: Sequence[tuple[Any, ...]]) -> None:
         [pa.array(column, type=f.type) for column, f in zip(columns, schema, strict=True)],
         schema=schema,
     )
-    write_deltalake(table, data, mode="append")
+    with translated(path):
+        write_deltalake(table, data, mode="append")
     log.debug("appended %d row(s) to %s (version %d)", len(rows), path, table.version())
 
 
@@ -93,9 +95,9 @@ def read_log_rows(
     for column, value in equal.items():
         term = pc.field(column) == value
         predicate = term if predicate is None else predicate & term
-    return cast(
-        list[dict[str, Any]], arrow_dataset(table, path).to_table(filter=predicate).to_pylist()
-    )
+    with translated(path):
+        found = arrow_dataset(table, path).to_table(filter=predicate)
+    return cast(list[dict[str, Any]], found.to_pylist())
 
 
 def arrow_dataset(table: DeltaTable, path: str, **options: Any) -> ds.Dataset:
@@ -127,13 +129,18 @@ def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkT
 
 def delta_table(path: str, *, version: int | None = None) -> DeltaTable:
     """The delta-rs table at the location ``path`` (as of ``version``), with the storage
-    settings of ``StorageOptions.from_env()``."""
+    settings of ``StorageOptions.from_env()``.
+
+    Raises:
+        StorageAccessError: The store refused or did not answer.
+    """
     storage = StorageOptions.from_env()
-    return DeltaTable(
-        storage.deltars_uri(path),
-        version=version,
-        storage_options=storage.deltars_options(path) or None,
-    )
+    with translated(path):
+        return DeltaTable(
+            storage.deltars_uri(path),
+            version=version,
+            storage_options=storage.deltars_options(path) or None,
+        )
 
 
 def table_version(path: str) -> int:
@@ -193,7 +200,9 @@ def transaction_version(path: str, app_id: str) -> int:
 def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
     """The data files of the Delta table at ``path`` (of one partition, if given)."""
     filters = [(column, "=", value) for column, value in (partition or {}).items()]
-    return len(delta_table(path).file_uris(file_pruning_predicate=filters or None))
+    table = delta_table(path)
+    with translated(path):
+        return len(table.file_uris(file_pruning_predicate=filters or None))
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,9 @@ def partition_files(path: str, column: str, values: Collection[str]) -> dict[str
     Read from the log (each file's ``numRecords`` statistic), not the data; values with no
     file are left out.
     """
-    actions = pa.table(delta_table(path).get_add_actions(flatten=True))
+    table = delta_table(path)
+    with translated(path):
+        actions = pa.table(table.get_add_actions(flatten=True))
     if f"partition.{column}" not in actions.column_names:  # no file at all
         return {}
     found: dict[str, PartitionFiles] = {}
