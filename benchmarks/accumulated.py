@@ -34,6 +34,7 @@ from benchmarks.report import Column, Section
 from lakesink.delta.readers import committed
 from lakesink.ops.compact import compact, plan_compaction
 from lakesink.tables.format import CHECKPOINT_ID, PENDING, TXN_ID, VISIBLE, ensure_sink_table
+from lakesink.tables.journal import default_journal_path
 
 __all__ = ["AccumulatedPoint", "accumulated_section", "measure"]
 
@@ -77,7 +78,9 @@ def measure(
 
 def _committed_layout(spark: SparkSession, path: str, rows: DataFrame, checkpoints: int) -> None:
     """A sink table whose committed partition holds ``rows`` as ``checkpoints`` files."""
-    ensure_sink_table(spark, path, sink_id="bench", schema=rows.schema, journal="")
+    ensure_sink_table(
+        spark, path, sink_id="bench", schema=rows.schema, journal=default_journal_path(path)
+    )
     # One task per checkpoint, each writing its rows as one file, as each commit does.
     checkpoint = (F.spark_partition_id() + 1).cast("bigint")
     (

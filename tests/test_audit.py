@@ -235,12 +235,12 @@ def test_timeline_tells_each_checkpoint_as_it_happened(story, report):
     counts = {c: (a.row_count, a.visible_rows, a.masked_rows) for c, a in audits.items()}
     assert counts == {
         1: (3, 3, 0),
-        2: (None, 0, 0),  # never pre-committed; its 2 rows vacuumed
+        2: (2, 0, 0),  # never pre-committed (its abort counts what it wrote); vacuumed
         3: (2, 2, 0),
         4: (2, 2, 0),
         5: (2, 0, 2),
         6: (2, 0, 2),
-        7: (None, 0, 1),
+        7: (1, 0, 1),
     }
     assert [c for c, a in audits.items() if a.vacuumed] == [2]
     # Times come from the sinks' clock: latency is pre-commit -> commit, exactly.

@@ -144,7 +144,7 @@ def commands(store: Store, tmp_path: Path) -> dict[str, Run]:
         ),
         "lakesink checkpoint-view": lakesink("checkpoint-view", table, *checkpoint, **options),
         "lakesink serve": lakesink(
-            "serve", "--table", table, "--port", str(free_port()), **options
+            "serve", "--no-auth", "--table", table, "--port", str(free_port()), **options
         ),
         "lakesink migrate-checkpoints": lakesink("migrate-checkpoints", state, **options),
         "lakesink migrate-table": lakesink("migrate-table", table, **options),

@@ -23,13 +23,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from serve_fixture import descendants, start_serve, wait_ready
 from test_ingest_crash import generate
-from test_serve import alive, descendants, free_port, serve, wait_ready
+from test_serve import alive
 
 from lakesink.core import TxnState
 from lakesink.ops.status import sink_status
 from lakesink.readers import committed_dataset
 from lakesink.tables.format import CHECKPOINT_ID
+from lakesink.testing.cluster import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +71,7 @@ def assert_gone(below: set[int]) -> None:
 @pytest.mark.parametrize(("signum", "target"), WAYS)
 def test_the_sql_server_stops_cleanly(tmp_path, signum, target):
     log = tmp_path / "serve.log"
-    server = serve("--port", str(free_port()), "--master", "local[1]", log=log)
+    server = start_serve("--port", str(free_port()), "--no-auth", "--master", "local[1]", log=log)
     try:
         wait_ready(server, log)
         below = stop(server, signum, target)

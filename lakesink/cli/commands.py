@@ -625,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
     for sub in (validate, view, sql, *resolve.values()):
         add_spark_options(sub)
-    for sub in (jars, server, status, checkpoints, metrics):
+    for sub in (jars, server, status, checkpoints, metrics, users):
         sub.add_argument("--verbose", "-v", action="store_true", help="show a failure's full trace")
 
     migrate = commands.add_parser(
