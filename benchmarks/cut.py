@@ -36,8 +36,8 @@ from lakesink.delta.readers import committed
 from lakesink.delta.sink import DeltaSink
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.cuts import cuts_path
-from lakesink.tables.deltars import table_version
 from lakesink.tables.format import VISIBLE
+from lakesink.tables.history import table_version
 
 __all__ = ["CutPoint", "cut_section", "measure"]
 

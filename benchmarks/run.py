@@ -16,6 +16,7 @@ generating them is never measured) and, in one run:
 8. Readers of a table of many checkpoints, before and after lakesink's compaction.
 9. Pre-commit, commit and a micro-batch on an S3 server vs the same work on local disk.
 10. A group's tables read at one cut vs at their latest versions; what recording it costs.
+11. A scheduled availableNow run into an existing table (opening included) vs foreachBatch.
 
 Section 9 starts a SeaweedFS S3 server on loopback in the run's workspace folder (its data on
 the same disk), and the run's one session then reaches it too: its ratios show what
@@ -47,6 +48,7 @@ from benchmarks import (
     history,
     object_store,
     reader,
+    scheduled,
     streaming,
     write_path,
 )
@@ -91,6 +93,8 @@ class Suite:
             takes its batches a query from ``stream_batches``).
         cut_rows: Rows per checkpoint of each table in section 10 (which takes its
             checkpoints from ``checkpoints``).
+        scheduled_rows: Rows per batch in section 11 (which takes its batches a run from
+            ``stream_batches``).
         repetitions: Timed repetitions behind each median.
     """
 
@@ -108,6 +112,7 @@ class Suite:
     accumulated: tuple[int, ...]
     object_store_rows: tuple[int, ...]
     cut_rows: tuple[int, ...]
+    scheduled_rows: tuple[int, ...]
     repetitions: int
 
 
@@ -126,6 +131,7 @@ FULL = Suite(
     accumulated=(10, 1_000, 5_000),
     object_store_rows=(100_000, 1_000_000),
     cut_rows=(100_000, 1_000_000),
+    scheduled_rows=(10_000, 100_000, 1_000_000),
     repetitions=3,
 )
 QUICK = Suite(
@@ -143,6 +149,7 @@ QUICK = Suite(
     accumulated=(10, 50),
     object_store_rows=(10_000,),
     cut_rows=(10_000,),
+    scheduled_rows=(10_000,),
     repetitions=1,
 )
 
@@ -165,6 +172,7 @@ SECTIONS = (
     "accumulated",
     "object_store",
     "cut",
+    "scheduled",
 )
 
 
@@ -247,6 +255,12 @@ def run(
         log.info("10. a group's tables at one cut: %s rows a checkpoint", list(suite.cut_rows))
         at_cut = cut.measure(spark, workspace, suite.cut_rows, suite.checkpoints, suite.repetitions)
         found["cut"] = cut.cut_section(at_cut)
+    if "scheduled" in sections:
+        log.info("11. scheduled runs into existing tables: %s rows", list(suite.scheduled_rows))
+        ran = scheduled.measure(
+            spark, workspace, suite.scheduled_rows, suite.stream_batches, suite.repetitions
+        )
+        found["scheduled"] = scheduled.scheduled_section(ran)
     return [found[key] for key in SECTIONS if key in sections]
 
 

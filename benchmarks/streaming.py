@@ -38,7 +38,9 @@ from lakesink.streaming import StreamingSink
 __all__ = [
     "StreamInput",
     "StreamPoint",
+    "foreach_batch_query",
     "foreach_batch_seconds",
+    "lakesink_query",
     "lakesink_seconds",
     "measure",
     "streaming_section",
@@ -118,7 +120,8 @@ def foreach_batch_seconds(spark: SparkSession, folders: Folders, given: StreamIn
     """
     folder = folders.folder(f"stream-plain-{given.rows}")
     create_plain_table(spark, join(folder, "table"), given.schema)
-    seconds = timed(lambda: _foreach_batch_query(given.stream(spark), folder))
+    table, location = join(folder, "table"), join(folder, "checkpoint")
+    seconds = timed(lambda: foreach_batch_query(given.stream(spark), table, location))
     check_rows(
         spark.read.format("delta").load(join(folder, "table")),
         given.rows * given.batches,
@@ -148,7 +151,7 @@ def lakesink_seconds(
         commit=commit,
     )
     try:
-        seconds = timed(lambda: _lakesink_query(sink, given.stream(spark), location))
+        seconds = timed(lambda: lakesink_query(sink, given.stream(spark), location))
     finally:
         sink.close()
     check_rows(
@@ -187,8 +190,8 @@ def streaming_section(points: Sequence[StreamPoint]) -> Section:
     )
 
 
-def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
-    table, location = join(folder, "table"), join(folder, "checkpoint")
+def foreach_batch_query(stream: DataFrame, table: str, location: str) -> None:
+    """Run Delta's exactly-once ``foreachBatch`` query over ``stream`` into ``table``."""
 
     def write(frame: DataFrame, batch_id: int) -> None:
         # Delta's documented exactly-once foreachBatch: a replayed batch is skipped.
@@ -204,7 +207,8 @@ def _foreach_batch_query(stream: DataFrame, folder: str) -> None:
     query.trigger(availableNow=True).start().awaitTermination()
 
 
-def _lakesink_query(sink: StreamingSink, stream: DataFrame, location: str) -> None:
+def lakesink_query(sink: StreamingSink, stream: DataFrame, location: str) -> None:
+    """Run a ``StreamingSink`` query over ``stream``, until its last batch is committed."""
     query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", location)
     query.trigger(availableNow=True).start().awaitTermination()
     sink.commit()  # the last batch, if the listener has not committed it yet

@@ -209,6 +209,16 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         assert row["cut_commits"] == 1  # one small commit a checkpoint, to the cuts table
         assert len(row["samples"]["checkpoint"]) == QUICK.checkpoints
 
+    ran = sections["scheduled"]["rows"]  # both jobs' rows were checked by the run
+    assert [(r["rows"], r["batches"]) for r in ran] == [
+        (n, QUICK.stream_batches) for n in QUICK.scheduled_rows
+    ]
+    for row in ran:
+        _positive(row, "foreach_batch_s", "lakesink_s", "metadata_s")
+        _ratio_of(row, "ratio", "lakesink_s", "foreach_batch_s")
+        _ratio_of(row, "metadata_ratio", "metadata_s", "foreach_batch_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
+
 
 @pytest.mark.slow
 def test_table_and_plot_are_written(quick_run) -> None:

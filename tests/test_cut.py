@@ -16,6 +16,8 @@ once in that window. The positive control reads both tables at their latest vers
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -171,3 +173,46 @@ def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
     assert first.count() == second.count() == 1
     with pytest.raises(ConfigurationError, match="version= reads one table"):
         lakesink.committed(spark, a, b, version=1)
+
+
+def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_the_cut(
+    spark, tmp_path
+):
+    """As a process: ``lakesink commit`` of one table of a group publishes the held
+    checkpoint in both tables, then records the group's new cut; before it, readers see the
+    group at the cut that left the checkpoint out."""
+    from lakesink.core import TxnState
+    from lakesink.core.checkpointing import commit_all, pre_commit_all
+
+    schema = "id BIGINT, item STRING"
+    paths = {name: str(tmp_path / name) for name in ("orders", "totals")}
+    sinks = {
+        name: DeltaSink.open(spark, path, schema=schema, view_name=f"held_{name}")
+        for name, path in paths.items()
+    }
+    for checkpoint, ids in ((1, range(0, 3)), (2, range(3, 6))):
+        for sink in sinks.values():
+            sink.write(spark.createDataFrame([(i, "x") for i in ids], schema))
+        pre_commit_all(sinks, checkpoint)
+    commit_all(sinks, 1, group_id="held-group")
+    for sink in sinks.values():
+        sink.withhold(2, TxnState.HELD, "waits for an operator")
+        sink.close()
+    before = [t.num_rows for t in lakesink.arrow(paths["orders"], paths["totals"])]
+    assert before == [3, 3]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lakesink.cli", "commit", paths["orders"], "--checkpoint", "2",
+         "--yes", "--master", "local[1]"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [t.num_rows for t in lakesink.arrow(paths["orders"], paths["totals"])] == [6, 6]
+    for path in paths.values():
+        assert lakesink.Table(path).checkpoint(2).state is TxnState.COMMITTED
+    cut = DeltaCutStore(cuts_path(lakesink.Table(paths["orders"]).journal_path)).latest(
+        "held-group"
+    )
+    assert cut is not None and cut.checkpoint_id == 2
+    for name, path in paths.items():
+        assert cut.tables[name].version == lakesink.Table(path).checkpoint(2).version

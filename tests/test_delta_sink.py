@@ -210,7 +210,7 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
     restored.close()
 
 
-def test_a_retried_append_is_skipped_by_delta(spark, table):
+def test_an_append_whose_answer_was_lost_is_found_in_the_log_and_not_sent_again(spark, table):
     failures = []
 
     def lose_the_reply(step, checkpoint_id):
@@ -222,48 +222,61 @@ def test_a_retried_append_is_skipped_by_delta(spark, table):
     sink.write(rows(spark, [1, 2, 3]))
 
     assert failures == ["after_append"]
-    assert raw_count(spark, table) == 3  # the retry, same txnAppId/txnVersion, was skipped
+    assert raw_count(spark, table) == 3  # its commit was found: not sent a second time
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`")
     appends = history.where("operation = 'WRITE'").count()
     assert appends == 1
     sink.notify_checkpoint_complete(sink.checkpoint())
     assert visible_ids(spark, table) == [1, 2, 3]
+    assert states(sink)[1] == {"committed"}
     sink.close()
 
 
-def txn_actions(table) -> list[tuple[str, int]]:
-    """The (appId, version) of every append, in commit order, from the Delta log."""
+def test_an_append_that_failed_before_its_commit_is_sent_again_once(spark, table):
+    failures = []
+
+    def fail_first(step, checkpoint_id):
+        if step == "before_append" and not failures:
+            failures.append(step)
+            raise OSError("connection refused")
+
+    sink = open_sink(spark, table, hook=fail_first)
+    sink.write(rows(spark, [1, 2, 3]))
+    assert failures == ["before_append"] and raw_count(spark, table) == 3
+    sink.close()
+
+
+def appends(table) -> list[dict]:
+    """The lakesink userMetadata of every append, in commit order, from the Delta log."""
     found = []
     for log_file in sorted((table / "_delta_log").glob("*.json")):
         for line in log_file.read_text().splitlines():
             action = json.loads(line)
-            if "txn" in action:
-                found.append((action["txn"]["appId"], action["txn"]["version"]))
+            if "txn" in action:  # no Delta idempotent-transaction action: none is needed
+                raise AssertionError(f"{log_file.name} has a txn action: {action}")
+            metadata = action.get("commitInfo", {}).get("userMetadata")
+            if metadata and json.loads(metadata).get("lakesink") == "write":
+                found.append(json.loads(metadata))
     return found
 
 
-def test_each_append_carries_its_writers_app_id_and_a_version_that_grows_across_restarts(
-    spark, table
-):
+def test_each_append_names_its_writer_transaction_and_step_in_the_log(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
     sink.write(rows(spark, [2]))
     sink.checkpoint()
     sink.write(rows(spark, [3]))
     sink.close()
-    # A restarted writer reads its last version back from the table and goes on above it.
     restarted = open_sink(spark, table)
     restarted.write(rows(spark, [4]))
     other = open_sink(spark, table, writer_id="w2")
     other.write(rows(spark, [5]))
 
-    assert txn_actions(table) == [
-        ("lakesink:orders:0", 1),
-        ("lakesink:orders:0", 2),
-        ("lakesink:orders:0", 3),
-        ("lakesink:orders:0", 4),
-        ("lakesink:orders:w2", 1),
-    ]
+    found = [(a["writer_id"], a["checkpoint_id"], a["step"], a["txn_id"]) for a in appends(table)]
+    assert [f[:3] for f in found[:4]] == [("0", 1, 1), ("0", 1, 2), ("0", 2, 1), ("0", 3, 1)]
+    assert (found[4][0], found[4][2]) == ("w2", 1)
+    assert found[0][3] == found[1][3]  # one transaction, two steps
+    assert len({f[3] for f in found}) == 4  # each other append a transaction of its own
     restarted.close()
     other.close()
 
@@ -293,7 +306,7 @@ def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark,
     }
     assert sorted(attempts.values()) == [TxnState.ABORTED, TxnState.COMMITTED]
     # Checkpoint 1, 2 and 2 again: all written, none skipped as another's repeat.
-    assert txn_actions(table) == [("lakesink:orders:0", v) for v in (1, 2, 3)]
+    assert [(a["checkpoint_id"], a["step"]) for a in appends(table)] == [(1, 1), (2, 1), (2, 1)]
     replay.close()
 
 
@@ -357,20 +370,30 @@ def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table, comm
         while not stop.is_set():
             seen.append(frozenset(r.order_id for r in spark.table(sink.view_name).collect()))
 
+    def let_reader_read() -> None:
+        # Two more reads than now: at least one began after this moment.
+        target = len(seen) + 2
+        while len(seen) < target and reader.is_alive():
+            stop.wait(0.01)
+
     reader = threading.Thread(target=read_continuously)
     reader.start()
     try:
         for batch in batches:
             sink.write(rows(spark, batch))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            checkpoint = sink.checkpoint()
+            let_reader_read()  # between pre-commit and commit
+            sink.notify_checkpoint_complete(checkpoint)
+            let_reader_read()
     finally:
         stop.set()
         reader.join()
 
-    # Every snapshot a reader saw is exactly the first k committed batches, nothing else.
+    # Every snapshot a reader saw is exactly the first k committed batches, nothing else,
+    # and it saw each of them.
     allowed = [frozenset().union(*map(frozenset, batches[:k])) for k in range(len(batches) + 1)]
-    assert len(seen) > 5
     assert all(snapshot in allowed for snapshot in seen), "a reader saw a partial or pending row"
+    assert set(allowed[1:]) <= set(seen)
     assert visible_ids(spark, table) == sorted(allowed[-1])
     sink.close()
     ghost.close()

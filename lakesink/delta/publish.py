@@ -73,6 +73,7 @@ from lakesink.storage.files import create_file, place_file, read_bytes
 from lakesink.storage.location import join
 from lakesink.tables.deltars import delta_table
 from lakesink.tables.format import PENDING, VISIBLE
+from lakesink.tables.history import commit_actions
 
 __all__ = ["check_partition_types", "check_publishable", "publish"]
 
@@ -324,13 +325,12 @@ def _removed_before(
     version = read_version + 1
     while True:
         try:
-            content = read_bytes(join(path, "_delta_log", f"{version:020d}.json"))
+            actions = commit_actions(path, version)
         except FileNotFoundError:
             raise CommitFailedError(
                 f"publishing into {path}: delta-rs reported its commit, but no log version "
                 f"after {read_version} carries it; commit again (it is idempotent)"
             ) from None
-        actions = [json.loads(line) for line in content.decode().splitlines() if line.strip()]
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if nonce in str(info.get("userMetadata", "")):
             return removed, version

@@ -3,11 +3,12 @@
 - ``_invoke`` appends a DataFrame's rows to the target table, masked
   (``_lakesink_visible = false``) in a partition of their transaction's own
   (``_lakesink_pending = <transaction id>``), tagged with the checkpoint and transaction
-  id. Each append carries ``txnAppId = lakesink:<sink>:<writer>`` and ``txnVersion`` = the
-  writer's next number: a sequence that only grows, read back from the table when the
-  writer starts. So a retried append is skipped by Delta, while a new transaction, even
-  one replaying a checkpoint id, never is; and the table's log keeps one app id per
-  writer, not one per transaction.
+  id. Each append's commit names its writer, transaction and step in the transaction in
+  its ``userMetadata``; an append whose answer was lost is looked up in the log by it
+  before it is sent again, so a retry never duplicates rows, and a new transaction, even
+  one replaying a checkpoint id, is never taken for another's repeat. (Delta's own
+  ``txnAppId``/``txnVersion`` would check the same with a reconstruction of the table's
+  state at every append, delta-io/delta#7670: a third of a second, every micro-batch.)
 - ``_pre_commit`` counts the rows (observed while they were written, so not read back),
   runs the validation gate on them if the sink has one, and journals the verdict.
 - ``_commit`` makes the rows visible with one MERGE keyed on checkpoint id and transaction
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -82,7 +84,7 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, view_cut
-from lakesink.tables.deltars import has_sink_history, table_version, transaction_version
+from lakesink.tables.deltars import has_sink_history
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
@@ -95,6 +97,7 @@ from lakesink.tables.format import (
     commit_metadata,
     ensure_sink_table,
 )
+from lakesink.tables.history import find_commit, table_version
 from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
 
 if TYPE_CHECKING:
@@ -263,9 +266,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self.schema: StructType = self._given_schema or StructType()
         self._table: SinkTable | None = None
         self._journal: Journal | None = None
-        # The txnVersion of this writer's last append (sent, maybe not committed); read
-        # from the table when the sink starts, so versions only grow across restarts.
-        self._txn_version = 0
         # The group cut view its committed view reads through ("": none); None until the
         # first cut this process records decides it.
         self._cut_view: str | None = None
@@ -391,8 +391,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     f"LOCATION {string_literal(self.path)}"
                 )
             self._lock.acquire()
-            # After the lock: no other process of this writer can append any more.
-            self._txn_version = transaction_version(self.path, self._app_id())
 
     def _open_journal(self, created: bool) -> Journal:
         """The table's journal; created for an existing table only if it has no history.
@@ -466,12 +464,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         if not progress.journaled:  # before any row lands, so recovery knows to abort it
             self.journal.record(self._entry(transaction, TxnState.OPEN))
             progress.journaled = True
-        # Taken before the first attempt: once sent, a version may have committed, so no
-        # later append may reuse it; a retry of this one does, and Delta skips it if so.
-        self._txn_version += 1
-        version = self._txn_version
+        # The append names its transaction and its step in the transaction in the commit's
+        # userMetadata: what finds it in the log if its answer is lost.
+        metadata = self._metadata("write", transaction, step=step)
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
+            sent_ms = time.time_ns() // 1_000_000
             try:
                 self._step("before_append", transaction)
                 # The frame's own session writes it: in foreachBatch, a clone of ours.
@@ -485,9 +483,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                         frame.observe(observation, F.count(F.lit(1)).alias("rows"))
                         .write.format("delta")
                         .mode("append")
-                        .option("txnAppId", self._app_id())
-                        .option("txnVersion", str(version))
-                        .option("userMetadata", self._metadata("write", transaction, step=step))
+                        .option("userMetadata", metadata)
                         .save(self.path)
                     )
                 self._step("after_append", transaction)
@@ -497,9 +493,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 )
                 break
             except Exception as exc:
-                # Same appId and version on retry: if the failed attempt did commit, Delta
-                # skips this one instead of duplicating the rows.
                 log.warning("%s: append attempt %d failed: %s", self.name, attempt, exc)
+                # It may have landed and its answer been lost: sent again, its rows would be
+                # there twice. Its commit, if any, is among the newest in the log.
+                if find_commit(self.path, metadata, since_ms=sent_ms) is not None:
+                    log.info("%s: append %d of %s landed after all", self.name, step, transaction)
+                    progress.rows = None  # counted in the table at the pre-commit
+                    break
                 if attempt == APPEND_ATTEMPTS:
                     progress.failure = repr(exc)
                     raise
@@ -625,12 +625,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         if report.policy == "quarantine":
             return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
         return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
-
-    def _app_id(self) -> str:
-        # One appId per writer, whose versions only grow (``_txn_version``): no transaction's
-        # append, not even one replaying a checkpoint id, is skipped as another's repeat,
-        # and the log's txn actions stay one per writer however many transactions pass.
-        return f"lakesink:{self.sink_id}:{self.writer_id}"
 
     def _entry(self, transaction: DeltaTransaction, state: TxnState, **extra: Any) -> JournalEntry:
         return JournalEntry(

@@ -18,8 +18,8 @@ from lakesink.errors import TableNotFoundError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.lease import Fence, fence
 from lakesink.storage.location import is_uri, join, normalize
-from lakesink.tables.deltars import append_rows, read_log_rows
-from lakesink.tables.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA, ensure_log_table
+from lakesink.tables.deltars import append_rows, ensure_log_table, read_log_rows
+from lakesink.tables.format import CHECKPOINTS_FORMAT, CHECKPOINTS_SCHEMA
 
 __all__ = ["DeltaCheckpointStore", "checkpoints_path", "old_tables", "read_history"]
 
@@ -84,7 +84,6 @@ class DeltaCheckpointStore(CheckpointStore):
         if create and not is_uri(self.state_dir):  # an object store has no folders to make
             Path(self.state_dir).mkdir(parents=True, exist_ok=True)
         ensure_log_table(
-            spark,
             self.path,
             schema=CHECKPOINTS_SCHEMA,
             version=CHECKPOINTS_FORMAT,

@@ -22,15 +22,18 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import DeltaError
 
 from lakesink.core.cut import Cut, CutStore, CutTable
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.location import join, parent, relative_to_parent, resolve_relative
-from lakesink.storage.options import StorageOptions
-from lakesink.tables.deltars import delta_table, read_log_rows, read_sink_table_log
-from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, FORMAT_PROPERTY, JOURNAL_FORMAT
+from lakesink.tables.deltars import (
+    delta_table,
+    ensure_log_table,
+    read_log_rows,
+    read_sink_table_log,
+)
+from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, JOURNAL_FORMAT
 
 __all__ = [
     "CUTS_NAME",
@@ -100,20 +103,9 @@ class DeltaCutStore(CutStore):
         return read_log_rows(self.path, what="cuts table", version=CUTS_FORMAT, missing="", **equal)
 
     def _table(self) -> DeltaTable:
-        if not is_delta_table(self.path):
-            storage = StorageOptions.from_env()
-            try:
-                DeltaTable.create(
-                    storage.deltars_uri(self.path),
-                    CUTS_SCHEMA,
-                    mode="ignore",
-                    configuration={"delta.appendOnly": "true", FORMAT_PROPERTY: str(CUTS_FORMAT)},
-                    storage_options=storage.deltars_options(self.path) or None,
-                    raise_if_key_not_exists=False,  # lakesink's own property
-                )
-            except DeltaError:  # another writer of the group made it meanwhile
-                if not is_delta_table(self.path):
-                    raise
+        ensure_log_table(
+            self.path, schema=CUTS_SCHEMA, version=CUTS_FORMAT, what="cuts table", create=True
+        )
         return delta_table(self.path)
 
 

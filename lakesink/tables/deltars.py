@@ -8,8 +8,8 @@
   append-only) and commit by creating the next log file only if it is absent, so Spark and
   delta-rs processes append to one table at once safely; the tables are still created by
   Spark.
-- **Reads of a table's log**: the last ``txnVersion`` of an app id, the data files of
-  given partitions with their row counts, a partition's file count. Through delta-spark
+- **Reads of a table's log**: the data files of given partitions with their row counts,
+  a partition's file count. Through delta-spark
   each costs Spark jobs (a state reconstruction; a scan of the files).
 - **Reads of lakesink's small tables** (the journal, the checkpoint table): a few thousand
   rows at most, read in milliseconds, where Spark needs jobs (and the read-only commands
@@ -36,10 +36,16 @@ from pyspark.sql.types import StructType
 
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.access import translated
-from lakesink.storage.files import folder_names
-from lakesink.storage.location import is_uri, join
+from lakesink.storage.files import is_delta_table
+from lakesink.storage.location import is_uri
 from lakesink.storage.options import StorageOptions
-from lakesink.tables.format import SinkTable, check_format, sink_table
+from lakesink.tables.format import (
+    FORMAT_PROPERTY,
+    SinkTable,
+    check_format,
+    check_new_folder,
+    sink_table,
+)
 from lakesink.tables.history import HistoryEntry, history_entry
 
 __all__ = [
@@ -47,14 +53,13 @@ __all__ = [
     "append_rows",
     "arrow_dataset",
     "delta_table",
+    "ensure_log_table",
     "file_count",
     "has_sink_history",
     "history",
     "partition_files",
     "read_log_rows",
     "read_sink_table_log",
-    "table_version",
-    "transaction_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,41 @@ def append_rows(path: str, rows: Sequence[tuple[Any, ...]]) -> None:
     with translated(path):
         write_deltalake(table, data, mode="append")
     log.debug("appended %d row(s) to %s (version %d)", len(rows), path, table.version())
+
+
+def ensure_log_table(
+    path: str, *, schema: pa.Schema, version: int, what: str, create: bool, missing: str = ""
+) -> None:
+    """Create one of lakesink's append-only tables (journal, checkpoints, cuts), or check
+    the format of the one there; no Spark job.
+
+    ``missing`` finishes the error raised when it is absent and ``create`` is false.
+
+    Raises:
+        TableNotFoundError: Absent and not to be created, or a folder of other files.
+        FormatVersionError: Written in another format.
+    """
+    with translated(path):
+        if is_delta_table(path):
+            check_format(delta_table(path).metadata().configuration, path, what, version)
+            return
+        if not create:
+            raise TableNotFoundError(f"no lakesink {what} at {path}: {missing}")
+        check_new_folder(path, f"the {what}")
+        storage = StorageOptions.from_env()
+        try:
+            DeltaTable.create(
+                storage.deltars_uri(path),
+                schema,
+                mode="ignore",
+                configuration={"delta.appendOnly": "true", FORMAT_PROPERTY: str(version)},
+                storage_options=storage.deltars_options(path) or None,
+                raise_if_key_not_exists=False,  # lakesink's own property
+            )
+        except DeltaError:  # another process made it meanwhile
+            if not is_delta_table(path):
+                raise
+    log.info("created %s %s", what, path)
 
 
 def read_log_rows(
@@ -143,19 +183,6 @@ def delta_table(path: str, *, version: int | None = None) -> DeltaTable:
         )
 
 
-def table_version(path: str) -> int:
-    """The newest version of the Delta table at ``path``: its newest commit in the log
-    (listed, not read: delta-rs would load every file of the table)."""
-    versions = [
-        int(n.split(".")[0])
-        for n in folder_names(join(path, "_delta_log"))
-        if n.endswith(".json") and n.split(".")[0].isdigit()
-    ]
-    if not versions:
-        raise TableNotFoundError(f"no Delta table at {path}")
-    return max(versions)
-
-
 def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
     try:
         return delta_table(path, version=version)
@@ -190,11 +217,6 @@ def has_sink_history(path: str) -> bool:
     if delta_table(path).file_uris():
         return True
     return any(entry.lakesink is not None for entry in history(path))
-
-
-def transaction_version(path: str, app_id: str) -> int:
-    """The last ``txnVersion`` the Delta table at ``path`` recorded for ``app_id``; 0 if none."""
-    return delta_table(path).transaction_version(app_id) or 0
 
 
 def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:

@@ -90,10 +90,10 @@ __all__ = [
     "SinkTable",
     "check_columns",
     "check_format",
+    "check_new_folder",
     "check_partition_columns",
     "check_sink_table",
     "commit_metadata",
-    "ensure_log_table",
     "ensure_sink_table",
     "format_version",
     "read_sink_table",
@@ -133,11 +133,21 @@ FORMAT_PROPERTY = "lakesink.formatVersion"
 TABLE_FORMAT = 4
 OLDEST_TABLE_FORMAT = 2  # what this lakesink still opens as it is
 JOURNAL_FORMAT = 1
-JOURNAL_SCHEMA = (
-    "sink_id STRING NOT NULL, table_path STRING NOT NULL, checkpoint_id BIGINT NOT NULL, "
-    "txn_id STRING NOT NULL, writer_id STRING NOT NULL, state STRING NOT NULL, "
-    "event_time TIMESTAMP NOT NULL, attempt INT NOT NULL, row_count BIGINT, "
-    "error STRING, detail STRING, validation STRING"
+JOURNAL_SCHEMA = pa.schema(
+    [
+        pa.field("sink_id", pa.string(), nullable=False),
+        pa.field("table_path", pa.string(), nullable=False),
+        pa.field("checkpoint_id", pa.int64(), nullable=False),
+        pa.field("txn_id", pa.string(), nullable=False),
+        pa.field("writer_id", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("event_time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("row_count", pa.int64()),
+        pa.field("error", pa.string()),
+        pa.field("detail", pa.string()),
+        pa.field("validation", pa.string()),
+    ]
 )
 # The cuts of groups of tables (lakesink.core.cut): one row per table and cut, all of a
 # cut in one commit. A table is named by its sink id, as in the journal, and located as the
@@ -157,9 +167,15 @@ CUTS_SCHEMA = pa.schema(
 # Format 2: the source's position is opaque text and what a checkpoint consumed is JSON in
 # ``detail``; in format 1 the job's ids and its sinks' could differ.
 CHECKPOINTS_FORMAT = 2
-CHECKPOINTS_SCHEMA = (
-    "job_id STRING NOT NULL, checkpoint_id BIGINT NOT NULL, completed_at TIMESTAMP NOT NULL, "
-    "source_position STRING, sink_states STRING NOT NULL, detail STRING NOT NULL"
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("checkpoint_id", pa.int64(), nullable=False),
+        pa.field("completed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("source_position", pa.string()),
+        pa.field("sink_states", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+    ]
 )
 
 
@@ -277,7 +293,7 @@ def ensure_sink_table(
     """
     if schema is not None:
         check_reserved(schema, "the schema")
-    if _detail(spark, path) is not None:
+    if is_delta_table(path):
         try:
             table = read_sink_table(spark, path)
         except TableNotFoundError as exc:
@@ -305,18 +321,14 @@ def ensure_sink_table(
         raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
     partition_by = tuple(partition_by or ())
     check_partition_columns(partition_by, schema)
-    _check_empty_folder(path, "the sink's table")
+    check_new_folder(path, "the sink's table")
     # The journal first: a crash before the table is made leaves a journal (a shared one
     # holds other sinks' events anyway), which the next open finds; the other way round
     # it would leave a table without its journal.
+    from lakesink.tables.deltars import ensure_log_table  # it builds on this module
+
     ensure_log_table(
-        spark,
-        journal,
-        schema=JOURNAL_SCHEMA,
-        version=JOURNAL_FORMAT,
-        what="journal",
-        create=True,
-        missing="",
+        journal, schema=JOURNAL_SCHEMA, version=JOURNAL_FORMAT, what="journal", create=True
     )
     from delta.tables import DeltaTable
 
@@ -399,47 +411,6 @@ def check_partition_columns(partition_by: tuple[str, ...], schema: StructType) -
             f"partition_by column(s) {', '.join(nested)} are not of a simple type; Delta "
             "partitions by strings, numbers, dates, timestamps and booleans"
         )
-
-
-def ensure_log_table(
-    spark: SparkSession,
-    path: str,
-    *,
-    schema: str,
-    version: int,
-    what: str,
-    create: bool,
-    missing: str,
-) -> None:
-    """Create an append-only lakesink table (journal, checkpoints) or check its format.
-
-    ``missing`` finishes the error raised when it is absent and ``create`` is false.
-
-    Raises:
-        TableNotFoundError: Absent and not to be created, or a folder of other files.
-        FormatVersionError: Written in another format.
-    """
-    detail = _detail(spark, path)
-    if detail is not None:
-        check_format(detail[0], path, what, version)
-        return
-    if not create:
-        raise TableNotFoundError(f"no lakesink {what} at {path}: {missing}")
-    _check_empty_folder(path, f"the {what}")
-    from delta.tables import DeltaTable
-
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(spark.createDataFrame([], schema).schema)
-        .property("delta.appendOnly", "true")
-        # Whatever the session's defaults for new tables: delta-rs, which appends to and
-        # reads lakesink's own tables, cannot read a table with deletion vectors.
-        .property("delta.enableDeletionVectors", "false")
-        .property(FORMAT_PROPERTY, str(version))
-        .execute()
-    )
-    log.info("created %s %s", what, path)
 
 
 def user_fields(schema: StructType) -> StructType:
@@ -543,7 +514,7 @@ _UPGRADES = {
 }
 
 
-def _check_empty_folder(path: str, what: str) -> None:
+def check_new_folder(path: str, what: str) -> None:
     """Refuse a folder that holds files, for a new table; clear a creation cut short.
 
     A Delta log without a commit is what a crash while a table was being created leaves

@@ -37,8 +37,8 @@ from lakesink.core import TxnState
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.location import join, normalize, parent, relative_to_parent
-from lakesink.tables.deltars import append_rows, read_log_rows
-from lakesink.tables.format import JOURNAL_FORMAT, JOURNAL_SCHEMA, ensure_log_table
+from lakesink.tables.deltars import append_rows, ensure_log_table, read_log_rows
+from lakesink.tables.format import JOURNAL_FORMAT, JOURNAL_SCHEMA
 
 __all__ = [
     "JOURNAL_ENV",
@@ -298,7 +298,6 @@ class Journal:
         self.spark = spark
         self.path = normalize(path)
         ensure_log_table(
-            spark,
             self.path,
             schema=JOURNAL_SCHEMA,
             version=JOURNAL_FORMAT,
