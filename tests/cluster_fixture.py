@@ -39,7 +39,8 @@ from lakesink.testing.cluster import (
     submit_command,
 )
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+TESTS = Path(__file__).resolve().parent
+JOBS = TESTS.parent / "jobs"
 
 # Sized for two 1-core executors: Spark's and Delta's defaults (200 shuffle partitions,
 # 50 snapshot partitions) would cost seconds of task scheduling per Delta commit.
@@ -265,7 +266,11 @@ def submit_ingest(
     if ivy:  # the jars cached by `make`; without it, spark-submit fetches them itself
         settings["spark.jars.ivy"] = ivy
     command = submit_command(
-        cluster.master_url, str(JOBS / "ingest.py"), arguments, conf=settings, storage=storage
+        cluster.master_url,
+        str(TESTS / "faults.py"),  # runs the job with the faults the variables below ask for
+        [str(JOBS / "ingest.py"), *arguments],
+        conf=settings,
+        storage=storage,
     )
     environment = {
         **{k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"},

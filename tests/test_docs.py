@@ -198,7 +198,7 @@ def unknown_commands(text: str, *, inline: bool = False) -> list[str]:
 
 
 # Files of the repository a page names (`lakesink/core/protocol.py`, `tests/core/`), and
-# Python names (`lakesink.core.recovery.plan`, `lakesink.testing.faults:hook_from_env`).
+# Python names (`lakesink.core.recovery.plan`, `lakesink.testing.memory:MemorySink`).
 _REPO_PATH = re.compile(
     r"(?<![\w./:-])((?:lakesink|jobs|tests|notebooks|benchmarks|docs)/[\w./-]*)"
 )
@@ -297,7 +297,7 @@ def test_the_parsing_finds_what_it_should() -> None:
     assert "vacuum" in lakesink_commands() and "docs" in make_targets()
     assert missing_references(
         "See `lakesink/core/recovery.py`, `lakesink.core.recovery.plan`, `lakesink.Table`,\n"
-        "`lakesink.testing.faults:hook_from_env`, `lakesink.formatVersion`, jobs/ingest.py.\n"
+        "`lakesink.testing.memory:MemorySink`, `lakesink.formatVersion`, jobs/ingest.py.\n"
         "Not `lakesink/faults.py` nor `lakesink.sources.kafka` nor `lakesink.Tabel`.\n"
     ) == ["lakesink.Tabel", "lakesink.sources.kafka", "lakesink/faults.py"]
 

@@ -1,3 +1,3 @@
 """Test tooling, not used by lakesink itself: in-memory parts for the engine-free core
-(``memory``), fault injection at protocol steps (``faults``) and a local Spark standalone
-cluster (``cluster``)."""
+(``memory``) and a local Spark standalone cluster (``cluster``); the fault injection of the
+crash tests is the repository's ``tests/faults.py``."""

@@ -320,8 +320,7 @@ def _command(scenario: str, phase: str, lake: str, mode: str | None) -> list[str
 
 
 def _environment(store: Store, local: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_CRASH")}
-    env.pop("LAKESINK_STEP_HOOK", None)
+    env = dict(os.environ)
     env.update(store.environment())
     env["LAKESINK_LEASE_SECONDS"] = LEASE_SECONDS
     env["CRASH_POINT_LOCAL"] = str(local)
