@@ -1,10 +1,11 @@
 """The local Spark standalone cluster for the cluster, fault and soak tests, and their tools.
 
 The session-scoped ``spark_cluster`` fixture runs exactly what the clusters guide's "A
-local standalone cluster" section tells people to run: ``python -m lakesink.testing.cluster
-start`` (what ``make cluster-up`` runs), jobs through
-``lakesink.testing.cluster.submit_command`` (the guide's ``spark-submit`` line), and
-``python -m lakesink.testing.cluster stop`` at the end.
+local standalone cluster" section tells people to run: ``python tests/servers/cluster.py
+start`` (what ``make cluster-up`` runs), jobs through ``servers.cluster.submit_command``
+(the guide's ``spark-submit`` line; the driver runs the job in ``tests/faults.py``, which
+takes the step markers and holds below), and ``python tests/servers/cluster.py stop`` at
+the end.
 
 ``SubmittedJob`` watches a running job from outside, as an operator would: the driver's
 REST API (which stages run, on which executors), the step markers the job drops
@@ -29,15 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from lakesink.storage.options import StorageOptions
-from lakesink.testing.cluster import (
+from servers.cluster import (
     LocalCluster,
     executor_pids,
     free_port,
     load_cluster,
     submit_command,
 )
+
+from lakesink.storage.options import StorageOptions
 
 TESTS = Path(__file__).resolve().parent
 JOBS = TESTS.parent / "jobs"
@@ -59,7 +60,7 @@ SMALL_CLUSTER_CONF = {
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A master and two 1-core workers, each its own JVM, for the whole test session."""
     directory = tmp_path_factory.mktemp("cluster")
-    command = [sys.executable, "-m", "lakesink.testing.cluster"]
+    command = [sys.executable, str(TESTS / "servers" / "cluster.py")]
     started = subprocess.run(
         [*command, "start", "--dir", str(directory), "--port", str(free_port())],
         capture_output=True,

@@ -1,3 +1,5 @@
 """Test tooling, not used by lakesink itself: in-memory parts for the engine-free core
-(``memory``) and a local Spark standalone cluster (``cluster``); the fault injection of the
-crash tests is the repository's ``tests/faults.py``."""
+(``memory``), the smallest implementation of each of the core's interfaces.
+
+The servers the tests run (S3, a Spark cluster, Kafka) and the fault injection of the
+crash tests live in the repository's ``tests/``, outside the installed package."""

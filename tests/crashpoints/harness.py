@@ -226,7 +226,7 @@ class S3FaultProxy:
     one plan per lake it observes (runs on several lakes may overlap)."""
 
     def __init__(self, mitmdump: Path, upstream: str, folder: Path) -> None:
-        from lakesink.testing.cluster import free_port
+        from servers.cluster import free_port
 
         folder.mkdir(parents=True, exist_ok=True)
         self.plan_file = folder / "plans.json"
