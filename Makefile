@@ -137,10 +137,10 @@ CLUSTER_DIR := $(CURDIR)/.cache/cluster
 CLUSTER_PORT ?= 7077
 
 cluster-up: $(STAMP)
-	$(BIN)/python -m lakesink.testing.cluster start --dir $(CLUSTER_DIR) --port $(CLUSTER_PORT)
+	$(BIN)/python tests/servers/cluster.py start --dir $(CLUSTER_DIR) --port $(CLUSTER_PORT)
 
 cluster-down: $(STAMP)
-	$(BIN)/python -m lakesink.testing.cluster stop --dir $(CLUSTER_DIR)
+	$(BIN)/python tests/servers/cluster.py stop --dir $(CLUSTER_DIR)
 
 # A one-node Kafka broker (KRaft, 127.0.0.1) to stream orders from: README, "Structured
 # Streaming". The first start fetches its jars from Maven Central.
@@ -148,10 +148,10 @@ KAFKA_DIR := $(CURDIR)/.cache/kafka
 KAFKA_PORT ?= 9092
 
 kafka-up: $(STAMP)
-	$(BIN)/python -m lakesink.testing.kafka start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+	$(BIN)/python tests/servers/kafka.py start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
 
 kafka-down: $(STAMP)
-	$(BIN)/python -m lakesink.testing.kafka stop --dir $(KAFKA_DIR)
+	$(BIN)/python tests/servers/kafka.py stop --dir $(KAFKA_DIR)
 
 # A SeaweedFS S3 server (weed mini, 127.0.0.1) with bucket $(S3_BUCKET), for tables at
 # s3a://$(S3_BUCKET)/...: it prints the AWS_* variables to export. Its data stay in
@@ -161,10 +161,10 @@ S3_PORT ?= 8333
 S3_BUCKET ?= lakesink
 
 s3-up: $(STAMP)
-	$(BIN)/python -m lakesink.testing.s3 start --dir $(S3_DIR) --port $(S3_PORT) --bucket $(S3_BUCKET)
+	$(BIN)/python tests/servers/s3.py start --dir $(S3_DIR) --port $(S3_PORT) --bucket $(S3_BUCKET)
 
 s3-down: $(STAMP)
-	$(BIN)/python -m lakesink.testing.s3 stop --dir $(S3_DIR)
+	$(BIN)/python tests/servers/s3.py stop --dir $(S3_DIR)
 
 clean:
 	rm -rf $(VENV) .cache demo-output spark-warehouse metastore_db derby.log

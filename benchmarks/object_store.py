@@ -1,6 +1,6 @@
 """Section 9: lakesink's work on an S3 server against the same work on local disk.
 
-The S3 server is SeaweedFS (``weed mini``, one process, ``lakesink.testing.s3``) on
+The S3 server is SeaweedFS (``weed mini``, one process, ``tests/servers/s3.py``) on
 127.0.0.1, started in the run's workspace folder and keeping its data on the same local
 disk. So the figures show what object-store semantics cost lakesink, not the network: many
 small requests where a file system has a system call (a listing, a HEAD, a PUT per log
@@ -30,6 +30,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from servers.cluster import free_port
+from servers.s3 import S3Server, create_bucket, start_server, stop_server
 
 from benchmarks.harness import (
     Folders,
@@ -42,8 +44,6 @@ from benchmarks.harness import (
 from benchmarks.report import Column, Section
 from benchmarks.streaming import StreamInput, lakesink_seconds, write_batches
 from benchmarks.write_path import pre_commit_and_commit
-from lakesink.testing.cluster import free_port
-from lakesink.testing.s3 import S3Server, create_bucket, start_server, stop_server
 
 __all__ = [
     "BUCKET",

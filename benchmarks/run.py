@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from servers.s3 import S3Server
 
 from benchmarks import (
     accumulated,
@@ -65,7 +66,6 @@ from benchmarks.harness import (
 from benchmarks.report import Section, render_text, write_json, write_png
 from lakesink.errors import ConfigurationError
 from lakesink.spark.session import spark_session
-from lakesink.testing.s3 import S3Server
 
 __all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run"]
 

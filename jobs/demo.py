@@ -4,7 +4,8 @@
 
 Each step runs as its own process, as a scheduler would run it. The ingest job (a
 Structured Streaming query, ``availableNow``) is killed with SIGKILL in micro-batch 1,
-after its rows were pre-committed and before Spark recorded the batch in its commit log;
+after its rows were pre-committed and before Spark recorded the batch in its commit log
+(by the crash tests' fault injection, ``tests/faults.py``, which runs it that first time);
 the restart aborts those rows, Spark runs batch 1 again from the same files, and the
 vacuum job removes the aborted rows from both tables. Exits 0 only if every order is
 committed exactly once in the orders table and counted once in the totals.
@@ -20,10 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lakesink.core import STEP_HOOK_ENV
-from lakesink.testing.faults import CRASH_ENV, STEP_HOOK
-
 JOBS = Path(__file__).resolve().parent
+# The crash tests' fault injection, which runs a job and kills it at a protocol step.
+FAULTS = JOBS.parent / "tests" / "faults.py"
 
 
 def step(title: str, command: list[str], log: Path, *, env: dict[str, str] | None = None) -> int:
@@ -72,9 +72,10 @@ def main() -> int:
     ]
     if step("generate sample orders", generate, logs / "generate.log") != 0:
         return 1
-    crash_env = {**os.environ, STEP_HOOK_ENV: STEP_HOOK, CRASH_ENV: "after_pre_commit@1"}
+    crash_env = {**os.environ, "LAKESINK_CRASH_AT": "after_pre_commit@1"}
     title = "ingest, killed with SIGKILL in batch 1 (pre-committed, not in Spark's commit log)"
-    code = step(title, ingest, logs / "ingest-killed.log", env=crash_env)
+    killed_ingest = [python, str(FAULTS), *ingest[1:]]
+    code = step(title, killed_ingest, logs / "ingest-killed.log", env=crash_env)
     killed = code == -signal.SIGKILL
     print(f"ingest exited with {code}: " + ("killed by SIGKILL" if killed else "expected SIGKILL"))
     if not killed:

@@ -38,7 +38,6 @@ from pyspark.sql.streaming import StreamingQuery
 from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
 from lakesink.cli.spark_output import add_spark_options, jvm_output
-from lakesink.core import step_hook_from_env
 from lakesink.delta.modes import COMMIT_MODES
 from lakesink.errors import ConfigurationError, LakesinkError
 from lakesink.ops.metrics import MetricsExport
@@ -188,10 +187,6 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         from lakesink.spark.validation import ValidationGate
 
         gate = ValidationGate.from_file(args.suite, policy=args.on_failure)
-    # A hook at each protocol step, named by $LAKESINK_STEP_HOOK: the crash tests, the
-    # cluster fault tests and the demo kill or hold the job at a step through it. Made
-    # before Spark starts, so that a malformed spec fails at once; the sinks take it.
-    step_hook_from_env()
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )

@@ -1,10 +1,11 @@
 """The local Spark standalone cluster for the cluster, fault and soak tests, and their tools.
 
 The session-scoped ``spark_cluster`` fixture runs exactly what the clusters guide's "A
-local standalone cluster" section tells people to run: ``python -m lakesink.testing.cluster
-start`` (what ``make cluster-up`` runs), jobs through
-``lakesink.testing.cluster.submit_command`` (the guide's ``spark-submit`` line), and
-``python -m lakesink.testing.cluster stop`` at the end.
+local standalone cluster" section tells people to run: ``python tests/servers/cluster.py
+start`` (what ``make cluster-up`` runs), jobs through ``servers.cluster.submit_command``
+(the guide's ``spark-submit`` line; the driver runs the job in ``tests/faults.py``, which
+takes the step markers and holds below), and ``python tests/servers/cluster.py stop`` at
+the end.
 
 ``SubmittedJob`` watches a running job from outside, as an operator would: the driver's
 REST API (which stages run, on which executors), the step markers the job drops
@@ -29,9 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from lakesink.storage.options import StorageOptions
-from lakesink.testing.cluster import (
+from servers.cluster import (
     LocalCluster,
     executor_pids,
     free_port,
@@ -39,7 +38,10 @@ from lakesink.testing.cluster import (
     submit_command,
 )
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+from lakesink.storage.options import StorageOptions
+
+TESTS = Path(__file__).resolve().parent
+JOBS = TESTS.parent / "jobs"
 
 # Sized for two 1-core executors: Spark's and Delta's defaults (200 shuffle partitions,
 # 50 snapshot partitions) would cost seconds of task scheduling per Delta commit.
@@ -58,7 +60,7 @@ SMALL_CLUSTER_CONF = {
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A master and two 1-core workers, each its own JVM, for the whole test session."""
     directory = tmp_path_factory.mktemp("cluster")
-    command = [sys.executable, "-m", "lakesink.testing.cluster"]
+    command = [sys.executable, str(TESTS / "servers" / "cluster.py")]
     started = subprocess.run(
         [*command, "start", "--dir", str(directory), "--port", str(free_port())],
         capture_output=True,
@@ -265,7 +267,11 @@ def submit_ingest(
     if ivy:  # the jars cached by `make`; without it, spark-submit fetches them itself
         settings["spark.jars.ivy"] = ivy
     command = submit_command(
-        cluster.master_url, str(JOBS / "ingest.py"), arguments, conf=settings, storage=storage
+        cluster.master_url,
+        str(TESTS / "faults.py"),  # runs the job with the faults the variables below ask for
+        [str(JOBS / "ingest.py"), *arguments],
+        conf=settings,
+        storage=storage,
     )
     environment = {
         **{k: v for k, v in os.environ.items() if k != "LAKESINK_CRASH_AT"},

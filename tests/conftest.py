@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from lakesink.core import STEP_HOOK_ENV
-from lakesink.testing.faults import STEP_HOOK
-
 # The JVMs the tests start (each job, kernel, metastore, cluster daemon and executor) live
 # for seconds to minutes, and on 2 cores the C2 JIT compiler's threads took much of their
 # CPU: a 4-checkpoint ingest job cost 209 CPU-seconds (114 s) with it and 132 (92 s)
 # without. Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
-# The jobs the tests start take their fault injection (LAKESINK_CRASH_AT, ..._HOLD_AT,
-# ..._STEP_MARKERS) through the step hook this names; without those variables it is none.
-os.environ.setdefault(STEP_HOOK_ENV, STEP_HOOK)
 # A JVM that runs for the whole session gains from C2 (tests/test_delta_sink.py in one
 # process: 268 s with it, 453 s without); its command line overrides the variable.
 FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}

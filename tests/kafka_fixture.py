@@ -1,7 +1,7 @@
 """A real Kafka broker for the streaming tests, one per test session, stopped at the end.
 
-Started with ``lakesink.testing.kafka`` (what ``make kafka-up`` runs) on free loopback
-ports; its jars are kept beside the Ivy cache, so only the first run fetches them.
+Started with ``servers.kafka`` (``tests/servers/kafka.py``, what ``make kafka-up`` runs) on
+free loopback ports; its jars are kept beside the Ivy cache, so only the first run fetches them.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers.cluster import free_port
+from servers.kafka import KafkaBroker, start_broker, stop_broker
 
 from lakesink.jvm import listening
-from lakesink.testing.cluster import free_port
-from lakesink.testing.kafka import KafkaBroker, start_broker, stop_broker
 
 
 def _free_pair() -> int:

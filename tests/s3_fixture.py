@@ -1,11 +1,11 @@
 """A real S3 server (SeaweedFS) for the object-storage tests: one per test run, stopped at the end.
 
-Started with ``lakesink.testing.s3`` (what ``make s3-up`` runs) on a free loopback port,
-with bucket ``BUCKET`` made. Under pytest-xdist the workers share the one server: the first
-to need it starts it, each registers its pid in a file under the run's base temp folder (a
-lock serialises them), and the last one done stops it. While the fixture is up, the
-standard ``AWS_*`` variables point at the server, so ``StorageOptions.from_env()`` (and any
-job a test starts) reaches it.
+Started with ``servers.s3`` (``tests/servers/s3.py``, what ``make s3-up`` runs) on a free
+loopback port, with bucket ``BUCKET`` made. Under pytest-xdist the workers share the one
+server: the first to need it starts it, each registers its pid in a file under the run's
+base temp folder (a lock serialises them), and the last one done stops it. While the
+fixture is up, the standard ``AWS_*`` variables point at the server, so
+``StorageOptions.from_env()`` (and any job a test starts) reaches it.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers.cluster import free_port
+from servers.s3 import S3Server, create_bucket, load_server, start_server, stop_server
 
 from lakesink.core.lock import pid_alive
 from lakesink.errors import ConfigurationError
-from lakesink.testing.cluster import free_port
-from lakesink.testing.s3 import S3Server, create_bucket, load_server, start_server, stop_server
 
 __all__ = ["BUCKET", "STORES", "s3_server", "s3_uri"]
 

@@ -36,6 +36,7 @@ from cluster_fixture import (
     submit_ingest,
 )
 from s3_fixture import s3_uri
+from servers.cluster import LocalCluster, submit_command
 from test_ingest_crash import generate
 
 from lakesink import committed
@@ -46,7 +47,6 @@ from lakesink.storage.options import StorageOptions
 from lakesink.streaming import recorded_batch
 from lakesink.tables.format import TXN_ID, VISIBLE
 from lakesink.tables.journal import Journal
-from lakesink.testing.cluster import LocalCluster, submit_command
 
 ORDERS, FILES = 30_000, 6  # three micro-batches (0, 1, 2) of two files, 10,000 orders each
 CLUSTER_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "clusters.md"
@@ -128,8 +128,8 @@ def test_the_guide_runs_the_cluster_the_way_the_tests_do():
     section = text.split("## A local standalone cluster", 1)[1].split("\n## ", 1)[0]
     block = re.findall(r"```console\n(.*?)```", section, re.S)[0]
     lines = block.replace("\\\n", " ").splitlines()
-    assert any("python -m lakesink.testing.cluster start --dir" in line for line in lines)
-    assert any("python -m lakesink.testing.cluster stop --dir" in line for line in lines)
+    assert any("python tests/servers/cluster.py start --dir" in line for line in lines)
+    assert any("python tests/servers/cluster.py stop --dir" in line for line in lines)
     (submit,) = [line for line in lines if "spark-submit" in line]
     words = shlex.split(submit.split("#", 1)[0].replace('"$(.venv/bin/lakesink jars)"', "JARS"))
     master = words[words.index("--master") + 1]

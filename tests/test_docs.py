@@ -15,7 +15,7 @@ page's fenced blocks:
   ``sh`` blocks (``mkdir``, ``echo ... >`` and the rest through bash, with the
   environment's ``lakesink`` and ``python`` first on ``PATH``), and each ``print(...)``
   of a ``python`` block with a comment must print what the comment starts with. The one
-  stand-in: the S3 server the S3 page starts with ``python -m lakesink.testing.s3`` is the
+  stand-in: the S3 server the S3 page starts with ``python tests/servers/s3.py`` is the
   suite's (its ``start`` makes the buckets it names there, its ``status`` finds the
   variables exported, its ``stop`` leaves it running for the other tests);
 - ```` ```console ```` blocks do not run: every ``make TARGET`` they name must be a target
@@ -198,7 +198,7 @@ def unknown_commands(text: str, *, inline: bool = False) -> list[str]:
 
 
 # Files of the repository a page names (`lakesink/core/protocol.py`, `tests/core/`), and
-# Python names (`lakesink.core.recovery.plan`, `lakesink.testing.faults:hook_from_env`).
+# Python names (`lakesink.core.recovery.plan`, `lakesink.testing.memory:MemorySink`).
 _REPO_PATH = re.compile(
     r"(?<![\w./:-])((?:lakesink|jobs|tests|notebooks|benchmarks|docs)/[\w./-]*)"
 )
@@ -297,7 +297,7 @@ def test_the_parsing_finds_what_it_should() -> None:
     assert "vacuum" in lakesink_commands() and "docs" in make_targets()
     assert missing_references(
         "See `lakesink/core/recovery.py`, `lakesink.core.recovery.plan`, `lakesink.Table`,\n"
-        "`lakesink.testing.faults:hook_from_env`, `lakesink.formatVersion`, jobs/ingest.py.\n"
+        "`lakesink.testing.memory:MemorySink`, `lakesink.formatVersion`, jobs/ingest.py.\n"
         "Not `lakesink/faults.py` nor `lakesink.sources.kafka` nor `lakesink.Tabel`.\n"
     ) == ["lakesink.Tabel", "lakesink.sources.kafka", "lakesink/faults.py"]
 
@@ -473,9 +473,9 @@ def _run_command(page: Path, block: Block, command: str, argv: list[str], folder
 # --------------------------------------------------------------- pages followed in order
 
 FOLLOWED = (DOCS / "guides" / "s3.md", DOCS / "guides" / "operating.md")
-# The S3 page's own server: `python -m lakesink.testing.s3 start|status|stop ...`, maybe in
+# The S3 page's own server: `python tests/servers/s3.py start|status|stop ...`, maybe in
 # an `eval "$(...)"`.
-_S3_SERVER = re.compile(r'^(?:eval "\$\()?python -m lakesink\.testing\.s3 (start|status|stop)\b')
+_S3_SERVER = re.compile(r'^(?:eval "\$\()?python tests/servers/s3\.py (start|status|stop)\b')
 
 
 def _follow(
@@ -507,7 +507,7 @@ def _follow(
 
 def _s3_server_stand_in(action: str, command: str, request: pytest.FixtureRequest) -> None:
     """What the page's own S3 server command does, done with the suite's server."""
-    from lakesink.testing.s3 import create_bucket
+    from servers.s3 import create_bucket
 
     server = request.getfixturevalue("s3_server")
     if action == "start":

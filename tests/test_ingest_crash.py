@@ -45,7 +45,8 @@ from lakesink.tables.journal import Journal
 
 pytestmark = pytest.mark.slow
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+TESTS = Path(__file__).resolve().parent
+JOBS = TESTS.parent / "jobs"
 ORDERS, FILES = 150, 6  # 25 orders a file, 2 files a batch: batches 0, 1, 2 of 50 each
 PER_CHECKPOINT = 50
 # The kills, in the order the chain makes them (each run's restart recovers the one before),
@@ -66,11 +67,13 @@ def ingest_command(
     tmp_path: Path, *extra: str, source: tuple[str, ...] = (), lake: str | None = None
 ) -> list[str]:
     """The ingest job over ``tmp_path``'s landing folder, two sinks; or over ``source``,
-    the orders sink alone. Its tables and state are in ``lake`` (default ``tmp_path``)."""
+    the orders sink alone. Its tables and state are in ``lake`` (default ``tmp_path``). It
+    runs in ``tests/faults.py``, which kills or holds it where the environment says."""
     lake = lake or str(tmp_path)
     totals = () if source else ("--totals-table", join(lake, "totals"))
     return [
         sys.executable,
+        str(TESTS / "faults.py"),
         str(JOBS / "ingest.py"),
         "--master",
         "local[2]",

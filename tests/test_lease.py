@@ -21,10 +21,10 @@ import time
 
 import pytest
 from s3_fixture import BUCKET, s3_uri
+from servers.s3 import get_object, put_object
 
 from lakesink.errors import AlreadyRunningError, LeaseLostError
 from lakesink.storage.lease import ObjectLease, fence, fences
-from lakesink.testing.s3 import get_object, put_object
 
 
 class Clock:

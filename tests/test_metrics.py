@@ -135,7 +135,7 @@ def test_metrics_are_pushed_to_a_real_pushgateway(sink_table, push_gateway):
 
 
 def test_a_pushgateway_that_does_not_answer_exits_75_to_retry(sink_table):
-    from lakesink.testing.cluster import free_port
+    from servers.cluster import free_port
 
     nowhere = f"http://127.0.0.1:{free_port()}"
     result = lakesink("metrics", sink_table, "--push-gateway", nowhere)

@@ -40,10 +40,10 @@ from pathlib import Path
 
 import pytest
 from s3_fixture import s3_uri
+from servers.cluster import free_port
 
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_OK, EXIT_TRY_LATER
 from lakesink.errors import StorageAccessError
-from lakesink.testing.cluster import free_port
 
 SCRIPT = Path(sys.executable).parent / "lakesink"
 JOBS = Path(__file__).resolve().parents[1] / "jobs"

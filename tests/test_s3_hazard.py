@@ -40,13 +40,8 @@ from functools import reduce
 from pathlib import Path
 
 import pytest
-
-from lakesink.errors import ConfigurationError
-from lakesink.jvm import wait_gone
-from lakesink.storage.logstore import LOGSTORE_CLASS, logstore_jar
-from lakesink.storage.options import StorageOptions
-from lakesink.testing.cluster import free_port
-from lakesink.testing.s3 import (
+from servers.cluster import free_port
+from servers.s3 import (
     Request,
     S3Server,
     create_bucket,
@@ -56,6 +51,11 @@ from lakesink.testing.s3 import (
     start_server,
     stop_server,
 )
+
+from lakesink.errors import ConfigurationError
+from lakesink.jvm import wait_gone
+from lakesink.storage.logstore import LOGSTORE_CLASS, logstore_jar
+from lakesink.storage.options import StorageOptions
 
 try:  # as a test module; as the children's script the fixture module is not needed
     from s3_fixture import BUCKET, s3_server, s3_uri  # noqa: F401

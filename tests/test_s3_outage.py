@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from servers.cluster import free_port
+from servers.s3 import create_bucket, start_server, stop_server
 from test_ingest_crash import ORDERS, generate, ingest_command
 from test_serve import descendants
 
@@ -30,8 +32,6 @@ from lakesink.jvm import wait_gone
 from lakesink.ops.status import sink_status
 from lakesink.readers import arrow
 from lakesink.storage.location import join
-from lakesink.testing.cluster import free_port
-from lakesink.testing.s3 import create_bucket, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 

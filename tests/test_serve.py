@@ -27,10 +27,10 @@ from serve_fixture import (
     start_serve,
     wait_ready,
 )
+from servers.cluster import free_port
 
 from lakesink.delta.sink import DeltaSink
 from lakesink.storage.location import join
-from lakesink.testing.cluster import free_port
 
 pytestmark = pytest.mark.slow
 

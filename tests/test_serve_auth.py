@@ -45,6 +45,7 @@ from serve_fixture import (
     stop_serve,
     wait_ready,
 )
+from servers.cluster import free_port
 from tools_fixture import Directory
 
 from lakesink.delta.sink import DeltaSink
@@ -52,7 +53,6 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops import serve_users
 from lakesink.ops.serve_access import JvmKeystore, ServeAuth, ServeTls, check_access
 from lakesink.ops.serve_users import read_users
-from lakesink.testing.cluster import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DBT = REPO / ".cache" / "dbt-venv" / "bin" / "dbt"

@@ -32,6 +32,7 @@ import pytest
 from cluster_fixture import SubmittedJob, submit_ingest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from servers.cluster import LocalCluster
 from test_ingest_crash import generate
 
 from jobs.ingest import ORDERS_SCHEMA
@@ -42,7 +43,6 @@ from lakesink.ops.vacuum import vacuum
 from lakesink.streaming import recorded_batch
 from lakesink.tables.format import COMMITTED_FILTER, TXN_ID
 from lakesink.tables.journal import Journal, TransactionStatus
-from lakesink.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from lakesink.testing.cluster import free_port
+from servers.cluster import free_port
 
 PUSHGATEWAY = "/usr/bin/prometheus-pushgateway"
 SLAPD = "/usr/sbin/slapd"

@@ -9,25 +9,20 @@ from lakesink.core.coordinator import (
     Pacing,
 )
 from lakesink.core.cut import Cut, CutMember, CutStore, CutTable, record_cut
+from lakesink.core.hook import StepHook, current_step_hook, step_hook
 from lakesink.core.lock import ProcessLock
 from lakesink.core.protocol import Clock, SystemClock, TransactionTimeout, TwoPhaseCommitSink
 from lakesink.core.recovery import RecoveryPlan, plan
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import (
-    STEP_HOOK_ENV,
     LoggedTransaction,
     SinkState,
-    StepHook,
     TransactionHolder,
     TransactionLog,
     TxnState,
-    current_step_hook,
-    step_hook,
-    step_hook_from_env,
 )
 
 __all__ = [
-    "STEP_HOOK_ENV",
     "Batch",
     "CheckpointCoordinator",
     "CheckpointRecord",
@@ -56,5 +51,4 @@ __all__ = [
     "plan",
     "record_cut",
     "step_hook",
-    "step_hook_from_env",
 ]

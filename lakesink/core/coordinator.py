@@ -26,9 +26,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.cut import record_cut
+from lakesink.core.hook import current_step_hook
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
-from lakesink.core.state import SinkState, current_step_hook
+from lakesink.core.state import SinkState
 from lakesink.errors import ConfigurationError, ProtocolError
 
 __all__ = [

@@ -32,8 +32,9 @@ from typing import Any, Generic, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
 from lakesink.core.cut import record_cut
+from lakesink.core.hook import StepHook
 from lakesink.core.protocol import TwoPhaseCommitSink
-from lakesink.core.state import StepHook, TxnState
+from lakesink.core.state import TxnState
 from lakesink.errors import CheckpointOrderError, ConfigurationError
 
 __all__ = ["MicroBatchDriver"]

@@ -7,12 +7,8 @@ Pure data, shared by the protocol (``lakesink.core.protocol``), its recovery pla
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import os
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar, cast
@@ -20,76 +16,14 @@ from typing import Any, Generic, TypeVar, cast
 from lakesink.errors import ProtocolError
 
 __all__ = [
-    "STEP_HOOK_ENV",
     "LoggedTransaction",
     "SinkState",
-    "StepHook",
     "TransactionHolder",
     "TransactionLog",
     "TxnState",
-    "current_step_hook",
-    "step_hook",
-    "step_hook_from_env",
 ]
 
 TxnT = TypeVar("TxnT", bound=Hashable)
-
-#: Called with the name of a protocol step a sink or driver reaches and the checkpoint id
-#: (observability, and the fault injection of ``lakesink.testing.faults``).
-StepHook = Callable[[str, int], None]
-
-STEP_HOOK_ENV = "LAKESINK_STEP_HOOK"
-
-# The hook a test set for the sinks and coordinators made inside ``step_hook(...)``.
-_given_hook: ContextVar[StepHook | None] = ContextVar("lakesink_step_hook", default=None)
-# The hook each $LAKESINK_STEP_HOOK spec made: one per process, shared by every sink of a
-# job, so that a fault counted across sinks ("the second sink's flip") counts them all.
-_env_hooks: dict[str, StepHook | None] = {}
-
-
-def step_hook_from_env() -> StepHook | None:
-    """The step hook ``$LAKESINK_STEP_HOOK`` names as ``module:factory``, made by calling the
-    factory (which may return None) once per process; None when the variable is unset.
-
-    How a job takes a hook it does not know: the crash, cluster and demo runs name
-    ``lakesink.testing.faults:hook_from_env``, and the job never imports test tooling.
-
-    Raises:
-        ProtocolError: The variable does not name a callable ``module:factory``.
-    """
-    spec = os.environ.get(STEP_HOOK_ENV)
-    if not spec:
-        return None
-    if spec not in _env_hooks:
-        module, _, factory = spec.partition(":")
-        try:
-            make = getattr(importlib.import_module(module), factory)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ProtocolError(
-                f"{STEP_HOOK_ENV}={spec!r} names no module:factory that can be imported ({exc})"
-            ) from None
-        _env_hooks[spec] = make()
-    return _env_hooks[spec]
-
-
-def current_step_hook() -> StepHook | None:
-    """The hook a sink or coordinator made now reports its protocol steps to.
-
-    The one a test gave with ``step_hook(...)``, else the one ``$LAKESINK_STEP_HOOK``
-    names, else None. Fault injection is not a parameter of the objects users make.
-    """
-    return _given_hook.get() or step_hook_from_env()
-
-
-@contextmanager
-def step_hook(hook: StepHook) -> Iterator[None]:
-    """Make the sinks and coordinators created inside the block report their steps to
-    ``hook`` (observability and fault-injection tests); they keep it after the block."""
-    token = _given_hook.set(hook)
-    try:
-        yield
-    finally:
-        _given_hook.reset(token)
 
 
 class TxnState(str, Enum):

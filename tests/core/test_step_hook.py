@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakesink.core import STEP_HOOK_ENV, CheckpointCoordinator, step_hook, step_hook_from_env
+from lakesink.core import CheckpointCoordinator, StepHook, current_step_hook, step_hook
 from lakesink.testing.memory import MemoryCheckpointStore, MemorySink, MemoryStore
 
 
@@ -11,8 +11,7 @@ def coordinator() -> CheckpointCoordinator:
     return CheckpointCoordinator(MemoryCheckpointStore(), job_id="job", sinks={"orders": sink})
 
 
-def test_a_hook_reaches_the_objects_made_inside_its_block_only(monkeypatch):
-    monkeypatch.delenv(STEP_HOOK_ENV, raising=False)
+def test_a_hook_reaches_the_objects_made_inside_its_block_only():
     seen: list[tuple[str, int]] = []
     with step_hook(lambda step, checkpoint: seen.append((step, checkpoint))):
         inside = coordinator()
@@ -26,8 +25,20 @@ def test_a_hook_reaches_the_objects_made_inside_its_block_only(monkeypatch):
     assert len(seen) == 2  # made outside the block: no hook
 
 
-def test_the_environment_names_one_hook_per_process(monkeypatch):
-    monkeypatch.setenv(STEP_HOOK_ENV, "itertools:count")  # any module:factory
-    first = step_hook_from_env()
-    assert first is not None
-    assert step_hook_from_env() is first  # every sink of a job shares it
+# What a job's hook was once named by, in $LAKESINK_STEP_HOOK.
+RECORDED: list[tuple[str, int]] = []
+
+
+def recording_hook() -> StepHook:
+    return lambda step, checkpoint: RECORDED.append((step, checkpoint))
+
+
+def test_no_hook_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("LAKESINK_STEP_HOOK", f"{__name__}:recording_hook")
+
+    made = coordinator()
+    with made:
+        made.checkpoint(made.position)
+
+    assert current_step_hook() is None
+    assert RECORDED == []  # a job takes a hook from whoever runs it, never from a variable

@@ -226,7 +226,7 @@ class S3FaultProxy:
     one plan per lake it observes (runs on several lakes may overlap)."""
 
     def __init__(self, mitmdump: Path, upstream: str, folder: Path) -> None:
-        from lakesink.testing.cluster import free_port
+        from servers.cluster import free_port
 
         folder.mkdir(parents=True, exist_ok=True)
         self.plan_file = folder / "plans.json"
@@ -320,8 +320,7 @@ def _command(scenario: str, phase: str, lake: str, mode: str | None) -> list[str
 
 
 def _environment(store: Store, local: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_CRASH")}
-    env.pop("LAKESINK_STEP_HOOK", None)
+    env = dict(os.environ)
     env.update(store.environment())
     env["LAKESINK_LEASE_SECONDS"] = LEASE_SECONDS
     env["CRASH_POINT_LOCAL"] = str(local)

@@ -47,8 +47,8 @@ MARKERS = ("<!-- crash-points:start -->", "<!-- crash-points:end -->")
 def _run_store(store_name: str, args: argparse.Namespace, work: Path) -> list[Outcome]:
     if store_name == "local":
         return _enumerate(Harness(LocalStore(work), work), args)
-    from lakesink.testing.cluster import free_port
-    from lakesink.testing.s3 import create_bucket, start_server, stop_server
+    from servers.cluster import free_port
+    from servers.s3 import create_bucket, start_server, stop_server
 
     server_dir = work / "s3-server"
     server = start_server(server_dir, port=free_port())

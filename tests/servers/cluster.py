@@ -1,8 +1,8 @@
 """A local Spark standalone cluster: one master and worker JVMs on loopback, for tests and trials.
 
-    python -m lakesink.testing.cluster start --dir .cache/cluster [--port 7077] [--workers 2]
-    python -m lakesink.testing.cluster status --dir .cache/cluster
-    python -m lakesink.testing.cluster stop --dir .cache/cluster
+    python tests/servers/cluster.py start --dir .cache/cluster [--port 7077] [--workers 2]
+    python tests/servers/cluster.py status --dir .cache/cluster
+    python tests/servers/cluster.py stop --dir .cache/cluster
 
 Each daemon is its own JVM, started from the installed pyspark's ``bin/spark-class``
 (pip's pyspark has no ``sbin/start-master.sh``), listening on loopback only: the master on
@@ -251,7 +251,7 @@ def start_cluster(
         if _running(previous.master_pid):
             raise ConfigurationError(
                 f"the cluster of {folder} runs already ({previous.master_url}); "
-                f"stop it first: python -m lakesink.testing.cluster stop --dir {folder}"
+                f"stop it first: python tests/servers/cluster.py stop --dir {folder}"
             )
     if listening(host, port):
         raise ConfigurationError(
@@ -302,7 +302,7 @@ def load_cluster(directory: str | Path) -> LocalCluster:
     if not state_file.is_file():
         raise ConfigurationError(
             f"no cluster was started in {state_file.parent} (no {STATE_FILE}); "
-            f"start one: python -m lakesink.testing.cluster start --dir {state_file.parent}"
+            f"start one: python tests/servers/cluster.py start --dir {state_file.parent}"
         )
     try:
         state = json.loads(state_file.read_text())
@@ -486,7 +486,7 @@ def _option(words: list[str], name: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lakesink.testing.cluster",
+        prog="python tests/servers/cluster.py",
         description="Start, stop or check a local Spark standalone cluster (a master and "
         "worker JVMs on 127.0.0.1). start and status print the master URL.",
     )

@@ -1,4 +1,13 @@
-"""Fault injection for crash tests, cluster fault tests and the demo, set in the environment.
+"""Fault injection for crash tests, cluster fault tests and the demo: a job run with faults.
+
+    python tests/faults.py jobs/ingest.py --landing ... --table ... --state ...
+    spark-submit ... tests/faults.py jobs/ingest.py --landing ... (on a cluster)
+
+runs the job (any script) as ``__main__`` with the step hook the variables below ask for,
+entered with ``lakesink.core.step_hook`` around the whole job: every sink and coordinator
+the job makes reports its steps to that one hook (a fault counted across sinks, "the
+second sink's flip", counts them all). Without the variables the job runs as it would
+alone. lakesink reads none of them: a job run by itself takes no faults.
 
 - ``LAKESINK_CRASH_AT=STEP@CHECKPOINT[+MS]`` kills the process with SIGKILL at that protocol
   step of that checkpoint, or MS milliseconds later (to die in the middle of the next
@@ -19,30 +28,31 @@ checkpoint table and the journal share (a recovery commit runs under its own id)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import runpy
 import signal
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakesink.core import StepHook
+from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_OK, exit_status
+from lakesink.core import StepHook, step_hook
 from lakesink.errors import ConfigurationError
 
-__all__ = ["CRASH_ENV", "HOLD_ENV", "MARKERS_ENV", "STEP_HOOK", "StepPoint", "hook_from_env"]
+__all__ = ["CRASH_ENV", "HOLD_ENV", "MARKERS_ENV", "StepPoint", "hook_from_env", "run_job"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("faults")  # its name when run as a script too
 
 CRASH_ENV = "LAKESINK_CRASH_AT"
 MARKERS_ENV = "LAKESINK_STEP_MARKERS"
 HOLD_ENV = "LAKESINK_HOLD_AT"
 HOLD_LIMIT_S = 600.0
-#: What ``$LAKESINK_STEP_HOOK`` is set to for a job to take these faults (see
-#: ``lakesink.core.step_hook_from_env``).
-STEP_HOOK = f"{__name__}:hook_from_env"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,3 +154,31 @@ def _kill_self(crash: StepPoint) -> None:
         threading.Timer(crash.delay_ms / 1000, os.kill, (os.getpid(), signal.SIGKILL)).start()
     else:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_job(argv: Sequence[str]) -> int:
+    """Run the job ``argv[0]`` with arguments ``argv[1:]`` as ``python JOB ARGS`` would,
+    inside ``step_hook`` with the hook the variables ask for. A job that exits ends the
+    process with its status; one whose script just ends returns 0.
+
+    A malformed variable stops it before the job starts, with the status and the one line
+    on stderr a job gives for a bad option.
+    """
+    if not argv:
+        print("usage: python tests/faults.py JOB [ARGS...]", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    job = Path(argv[0])
+    try:
+        hook = hook_from_env()
+    except ConfigurationError as error:
+        print(f"{job.stem}: {error}", file=sys.stderr)
+        return exit_status(error)
+    sys.argv = [str(job), *argv[1:]]
+    sys.path[0] = str(job.resolve().parent)  # where ``python JOB`` imports its neighbours from
+    with step_hook(hook) if hook is not None else contextlib.nullcontext():
+        runpy.run_path(str(job), run_name="__main__")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(run_job(sys.argv[1:]))

@@ -1,8 +1,8 @@
 """A one-node Kafka broker on loopback, for the streaming tests and for trying lakesink out.
 
-    python -m lakesink.testing.kafka start --dir .cache/kafka [--port 9092]
-    python -m lakesink.testing.kafka status --dir .cache/kafka
-    python -m lakesink.testing.kafka stop --dir .cache/kafka
+    python tests/servers/kafka.py start --dir .cache/kafka [--port 9092]
+    python tests/servers/kafka.py status --dir .cache/kafka
+    python tests/servers/kafka.py stop --dir .cache/kafka
 
 It runs Apache Kafka's own broker (``org.apache.kafka:kafka_2.13``, fetched from Maven
 Central with its dependencies into ``<dir>/jars`` on first use) in KRaft mode, broker and
@@ -83,7 +83,7 @@ def start_broker(
     if read_pid(folder / PID_FILE) is not None and listening(LOOPBACK, port):
         raise ConfigurationError(
             f"a Kafka broker already runs from {folder}; stop it first: "
-            f"python -m lakesink.testing.kafka stop --dir {folder}"
+            f"python tests/servers/kafka.py stop --dir {folder}"
         )
     for taken in (port, port + 1):
         if listening(LOOPBACK, taken):
@@ -175,7 +175,7 @@ def _tool(classpath: str, *arguments: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lakesink.testing.kafka",
+        prog="python tests/servers/kafka.py",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n", 2)[2],

