@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from serve_fixture import descendants, start_serve, wait_ready
+from servers.cluster import free_port
 from test_ingest_crash import generate
 from test_serve import alive
 
@@ -31,7 +32,6 @@ from lakesink.core import TxnState
 from lakesink.ops.status import sink_status
 from lakesink.readers import committed_dataset
 from lakesink.tables.format import CHECKPOINT_ID
-from lakesink.testing.cluster import free_port
 
 pytestmark = pytest.mark.slow
 
