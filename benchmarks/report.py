@@ -196,6 +196,23 @@ def _panels() -> dict[str, Callable[..., None]]:
             bars=(("ratio", "committed-view aggregate"),),
             ylabel="x the same aggregate on plain Delta",
         ),
+        "cut": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows a table",
+            bars=(("one_ratio", "one table at its cut"), ("two_ratio", "two tables at one cut")),
+            ylabel="x the same read at the latest versions",
+            target=None,
+        ),
+        "scheduled": partial(
+            _ratio_bars,
+            label=lambda row: f"{_short(row['rows'])} rows a batch",
+            bars=(
+                ("ratio", "StreamingSink (MERGE)"),
+                ("metadata_ratio", "StreamingSink (metadata)"),
+            ),
+            ylabel="x Delta's foreachBatch + txnVersion, opening included",
+            target=1.0,
+        ),
         "object_store": partial(
             _ratio_bars,
             label=lambda row: f"{_short(row['rows'])} rows",

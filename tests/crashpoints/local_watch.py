@@ -195,6 +195,7 @@ class LocalWatcher:
                 return False
             if plan.pattern is not None and not plan.pattern.search(relative):
                 return False
-            plan.kill()
+            # Recorded first: whoever waits on the killed process may read it at once.
             self.watch.killed_at = f"{when} {index} {relative}"
+            plan.kill()
             return True

@@ -77,9 +77,10 @@ class CrashPoints:
         return pattern is not None and re.search(pattern, key) is not None
 
     def _kill(self, flow: http.HTTPFlow, plan: dict, run: tuple[str, object], what: str) -> None:
-        kill_target(plan["kill"])
-        self.killed.add(run)
+        # Logged first: the harness reads the log as soon as the killed process is gone.
         self._log(plan, {"killed": what})
+        self.killed.add(run)
+        kill_target(plan["kill"])
         flow.kill()
 
     def request(self, flow: http.HTTPFlow) -> None:
