@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points
+.PHONY: setup lint format test test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points
 
 setup: $(STAMP)
 
@@ -66,20 +66,25 @@ $(MITMDUMP):
 	$(PYTHON) -m venv $(CURDIR)/.cache/tools/mitmproxy
 	$(CURDIR)/.cache/tools/mitmproxy/bin/python -m pip install --quiet mitmproxy==11.0.2
 
+# A class-data archive of the Spark driver JVM, which the tests' JVMs start from: dumped once
+# per environment into .cache/jvm (tests/jvm_archive.py says what it saves).
+jvm-archive: $(IVY_STAMP)
+	$(BIN)/python tests/jvm_archive.py
+
 # The suite CI runs, in two worker processes (a Spark test spends much of its time waiting:
 # JVM starts, Delta commits, child jobs): the slow process, crash, cluster fault and soak
 # tests and the quick benchmark included. The cluster tests share one standalone cluster.
 PYTEST_WORKERS ?= 2
-test: lint $(IVY_STAMP) $(TEST_TOOLS) $(MITMDUMP) $(DBT)
+test: lint $(IVY_STAMP) $(TEST_TOOLS) $(MITMDUMP) $(DBT) jvm-archive
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
-test-fast: lint
+test-fast: lint jvm-archive
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Every durable write of every crash-point scenario (tests/crashpoints), killed before and
 # after, on local disk and on an S3 server; the table goes into docs/reliability.md. Hours.
-crash-points: $(IVY_STAMP) $(MITMDUMP)
+crash-points: $(IVY_STAMP) $(MITMDUMP) jvm-archive
 	$(BIN)/python tests/crashpoints/run.py --report docs/reliability.md
 
 # Sample orders, the ingest job killed mid-checkpoint and restarted, vacuum, the proof.

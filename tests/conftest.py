@@ -12,14 +12,18 @@ from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
+import jvm_archive
 import pytest
 from packaging.version import Version
 
 # The JVMs the tests start (each job, kernel, metastore, cluster daemon and executor) live
 # for seconds to minutes, and on 2 cores the C2 JIT compiler's threads took much of their
 # CPU: a 4-checkpoint ingest job cost 209 CPU-seconds (114 s) with it and 132 (92 s)
-# without. Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+# without. A driver JVM also spent most of its start loading and verifying Spark's classes:
+# from the class-data archive `make test` dumps first, a sink's open and two checkpoints
+# cost 24 CPU-seconds of the JVM where they cost 39. Set before any JVM starts, so all of
+# them inherit it; the JVM notes it on stderr.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.java_options())
 # A JVM that runs for the whole session gains from C2 (tests/test_delta_sink.py in one
 # process: 268 s with it, 453 s without); its command line overrides the variable.
 FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
@@ -83,6 +87,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "quick_run" in fixtures:  # one worker makes the quick benchmark run, once
             item.add_marker(pytest.mark.xdist_group("bench"))
             item.add_marker(pytest.mark.bench)
+        elif _uses_a_module_fixture(item):
+            # One worker runs the tests of a module that share a module-scoped fixture (a
+            # SQL server, a Derby server, a table written once): two would build it twice.
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.module.__name__}"))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or item.get_closest_marker("xdist_group") is not None:
+        return False
+    return any(
+        definition.scope == "module"
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

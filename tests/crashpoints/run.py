@@ -38,6 +38,7 @@ from crashpoints.harness import (
     crash_points,
 )
 from crashpoints.scenarios import SCENARIOS
+from jvm_archive import java_options
 
 ROOT = Path(__file__).resolve().parents[2]
 MITMDUMP = ROOT / ".cache" / "tools" / "mitmproxy" / "bin" / "mitmdump"
@@ -145,7 +146,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, help="a page to write the table into")
     parser.add_argument("--work", type=Path, help="a folder to keep the runs in")
     args = parser.parse_args()
-    os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", java_options())  # as the tests' JVMs
     work = args.work or Path(tempfile.mkdtemp(prefix="lakesink-crash-points-"))
     started = time.monotonic()
     outcomes: list[Outcome] = []

@@ -1,0 +1,95 @@
+"""A class-data archive of the Spark driver JVM (Java's AppCDS), made once for a test run.
+
+The tests start a few hundred Spark driver JVMs (jobs, commands, servers, crash-point
+runs). Each loaded and verified the same ten thousand classes of Spark, Scala and Delta
+before doing anything. Dumped once from a short job that writes and commits a sink table,
+the archive lets every later JVM with the same class path map those classes instead. A JVM
+whose class path is not the archive's (an S3 session puts hadoop-aws first; the Kafka
+broker and Derby are no Spark) finds it does not fit and starts as it would without it;
+``-Xshare:auto``, the default, never fails a start for it.
+
+``python tests/jvm_archive.py`` makes (or finds) the archive and prints its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+__all__ = ["archive_path", "java_options", "make_archive"]
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = ROOT / ".cache" / "jvm"
+
+# A sink's first open, a checkpoint written, committed both ways, and read: the classes of
+# what the tests' jobs and commands do. The driver JVM dumps the archive as it exits, which
+# it does once the gateway's stdin (a pipe from this process) closes.
+WORKLOAD = """
+import sys, tempfile
+from pyspark import SparkContext
+from lakesink import spark_session, committed
+from lakesink.delta.sink import DeltaSink
+spark = spark_session(master="local[1]", conf={"spark.ui.enabled": "false"})
+folder = tempfile.mkdtemp()
+for mode in ("merge", "metadata"):
+    sink = DeltaSink.open(spark, f"{folder}/{mode}", schema="id BIGINT, s STRING", commit=mode)
+    sink.write(spark.createDataFrame([(1, "a"), (2, "b")], "id BIGINT, s STRING"))
+    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.close()
+    assert committed(spark, f"{folder}/{mode}").count() == 2
+gateway = SparkContext._gateway.proc
+spark.stop()
+gateway.stdin.close()
+sys.exit(gateway.wait())
+"""
+
+
+def archive_path() -> Path:
+    """Where the archive of this Java, this Spark and this environment's jars goes."""
+    plain = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, env=plain).stderr
+    key = "\n".join([java, sys.prefix, version("pyspark"), version("delta-spark")])
+    return FOLDER / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+
+
+def make_archive() -> Path | None:
+    """The archive, dumped now if this environment has none; None if Java could not."""
+    archive = archive_path()
+    if archive.exists():
+        return archive
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    draft = Path(tempfile.mkdtemp(dir=FOLDER)) / archive.name
+    options = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{options} -XX:ArchiveClassesAtExit={draft}"}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKLOAD], env=env, capture_output=True, text=True, timeout=900
+    )
+    if done.returncode != 0 or not draft.exists():
+        print(f"no JVM class archive (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        return None
+    draft.replace(archive)  # whole or not at all: parallel runs may race to make it
+    draft.parent.rmdir()
+    return archive
+
+
+def java_options() -> str:
+    """The options of the tests' JVMs: the archive, if made, quiet when a JVM's class path
+    does not fit it; the serial collector, whose one thread costs less CPU on 2 cores than
+    G1's in JVMs that live seconds to minutes; no C2 compiler (``tests/conftest.py``)."""
+    options = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    try:
+        archive = archive_path()
+    except (PackageNotFoundError, OSError):  # no pyspark or no Java: the core's tests only
+        return " ".join(options)
+    if archive.exists():
+        options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    return " ".join(options)
+
+
+if __name__ == "__main__":
+    print(make_archive())
