@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.harness import (
     Timing,
     Workspace,
-    alternate,
     batch,
+    by_commit_mode,
     cached_rows,
     check_rows,
     create_plain_table,
@@ -60,73 +61,61 @@ def measure(
     for rows in sizes:
         data = cached_rows(spark, rows)
         batches = [batch(data, index, rows) for index in range(checkpoints)]
-
-        def plain(rows=rows, batches=batches, schema=data.schema) -> dict[str, float]:
-            folder = workspace.folder(f"checkpoint-plain-{rows}")
-            paths = [f"{folder}/{name}" for name in SINKS]
-            for path in paths:
-                create_plain_table(spark, path, schema)
-
-            def work() -> None:
-                for frame in batches:
-                    for path in paths:
-                        plain_append(frame, path)
-
-            seconds = timed(work)
-            for path in paths:
-                check_rows(
-                    spark.read.format("delta").load(path),
-                    rows * checkpoints,
-                    "a checkpoint benchmark table",
-                )
-            workspace.drop(folder)
-            return {"plain": seconds / checkpoints}
-
-        def lakesink(
-            rows=rows, batches=batches, schema=data.schema, commit="merge"
-        ) -> dict[str, float]:
-            folder = workspace.folder(f"checkpoint-lakesink-{rows}")
-            sinks = {
-                name: DeltaSink(
-                    spark,
-                    f"{folder}/{name}",
-                    schema=schema,
-                    view_name=f"bench_{name}",
-                    commit=commit,
-                )
-                for name in SINKS
-            }
-            job = CheckpointCoordinator(
-                DeltaCheckpointStore(spark, f"{folder}/state"), job_id="bench", sinks=sinks
-            )
-
-            def work() -> None:
-                for index, frame in enumerate(batches):
-                    for sink in sinks.values():
-                        sink.write(frame)
-                    job.checkpoint(str(index))
-
-            try:
-                seconds = timed(work)
-            finally:
-                job.close()
-            for name in SINKS:
-                check_rows(
-                    committed(spark, f"{folder}/{name}"),
-                    rows * checkpoints,
-                    "a checkpoint benchmark table",
-                )
-            workspace.drop(folder)
-            key = "lakesink" if commit == "merge" else "lakesink_metadata"
-            return {key: seconds / checkpoints}
-
-        def metadata(lakesink=lakesink) -> dict[str, float]:
-            return lakesink(commit="metadata")
-
-        timings = alternate(repetitions, plain, lakesink, metadata)
+        timings = by_commit_mode(
+            repetitions, "plain", partial(_seconds, spark, workspace, rows, batches)
+        )
         data.unpersist()
         points.append(CheckpointPoint(rows=rows, checkpoints=checkpoints, **timings))
     return points
+
+
+def _seconds(
+    spark: SparkSession,
+    workspace: Workspace,
+    rows: int,
+    batches: Sequence[DataFrame],
+    commit: str | None,
+) -> float:
+    """A checkpoint's seconds: two plain appends (``commit`` None), or the coordinator's
+    checkpoint of two sinks committing by ``commit``."""
+    folder = workspace.folder(f"checkpoint-{commit or 'plain'}-{rows}")
+    paths = [f"{folder}/{name}" for name in SINKS]
+    schema = batches[0].schema
+    if commit is None:
+        for path in paths:
+            create_plain_table(spark, path, schema)
+
+        def work() -> None:
+            for frame in batches:
+                for path in paths:
+                    plain_append(frame, path)
+
+        seconds = timed(work)
+        reads = [spark.read.format("delta").load(path) for path in paths]
+    else:
+        sinks = {
+            name: DeltaSink(spark, path, schema=schema, view_name=f"bench_{name}", commit=commit)
+            for name, path in zip(SINKS, paths, strict=True)
+        }
+        job = CheckpointCoordinator(
+            DeltaCheckpointStore(spark, f"{folder}/state"), job_id="bench", sinks=sinks
+        )
+
+        def work() -> None:
+            for index, frame in enumerate(batches):
+                for sink in sinks.values():
+                    sink.write(frame)
+                job.checkpoint(str(index))
+
+        try:
+            seconds = timed(work)
+        finally:
+            job.close()
+        reads = [committed(spark, path) for path in paths]
+    for read in reads:
+        check_rows(read, rows * len(batches), "a checkpoint benchmark table")
+    workspace.drop(folder)
+    return seconds / len(batches)
 
 
 def checkpoint_section(points: Sequence[CheckpointPoint]) -> Section:

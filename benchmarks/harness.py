@@ -108,6 +108,23 @@ def alternate(repetitions: int, *actions: Callable[[], dict[str, float]]) -> dic
     return {name: Timing(tuple(values)) for name, values in samples.items()}
 
 
+#: The names the points of sections 6, 7 and 11 give lakesink's timings, by commit mode.
+LAKESINK_TIMINGS = {"merge": "lakesink", "metadata": "lakesink_metadata"}
+
+
+def by_commit_mode(
+    repetitions: int, baseline: str, seconds: Callable[[str | None], float]
+) -> dict[str, Timing]:
+    """The baseline (``seconds(None)``, named ``baseline``) and lakesink committing by MERGE
+    and by metadata (``seconds(mode)``), alternated as ``alternate`` does."""
+
+    def action(mode: str | None, name: str) -> Callable[[], dict[str, float]]:
+        return lambda: {name: seconds(mode)}
+
+    names = {None: baseline, **LAKESINK_TIMINGS}
+    return alternate(repetitions, *(action(mode, name) for mode, name in names.items()))
+
+
 class Folders(Protocol):
     """Where a measurement puts its tables: a ``Workspace`` or an ``ObjectStoreWorkspace``."""
 

@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from benchmarks.harness import (
     Timing,
     Workspace,
-    alternate,
     batch,
+    by_commit_mode,
     cached_rows,
     check_rows,
     create_plain_table,
@@ -60,18 +60,11 @@ def measure(
     points = []
     for rows in sizes:
         data = cached_rows(spark, rows)
-
-        def plain(data=data, rows=rows) -> dict[str, float]:
-            return {"foreach_batch": _run(spark, workspace, data, rows, batches, None)}
-
-        def lakesink(data=data, rows=rows) -> dict[str, float]:
-            return {"lakesink": _run(spark, workspace, data, rows, batches, "merge")}
-
-        def metadata(data=data, rows=rows) -> dict[str, float]:
-            seconds = _run(spark, workspace, data, rows, batches, "metadata")
-            return {"lakesink_metadata": seconds}
-
-        timings = alternate(repetitions, plain, lakesink, metadata)
+        timings = by_commit_mode(
+            repetitions,
+            "foreach_batch",
+            partial(_run, spark, workspace, data, rows, batches),
+        )
         data.unpersist()
         points.append(ScheduledPoint(rows=rows, batches=batches, **timings))
     return points

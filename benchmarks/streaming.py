@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -22,8 +23,8 @@ from benchmarks.harness import (
     Folders,
     Timing,
     Workspace,
-    alternate,
     batch,
+    by_commit_mode,
     cached_rows,
     check_rows,
     create_plain_table,
@@ -71,18 +72,9 @@ def measure(
     for rows in sizes:
         data = cached_rows(spark, rows)
         given = write_batches(workspace, data, rows, batches)
-
-        def plain(given=given) -> dict[str, float]:
-            return {"foreach_batch": foreach_batch_seconds(spark, workspace, given)}
-
-        def lakesink(given=given) -> dict[str, float]:
-            return {"lakesink": lakesink_seconds(spark, workspace, given)}
-
-        def metadata(given=given) -> dict[str, float]:
-            seconds = lakesink_seconds(spark, workspace, given, commit="metadata")
-            return {"lakesink_metadata": seconds}
-
-        timings = alternate(repetitions, plain, lakesink, metadata)
+        timings = by_commit_mode(
+            repetitions, "foreach_batch", partial(_seconds, spark, workspace, given)
+        )
         data.unpersist()
         workspace.drop(given.files)
         points.append(StreamPoint(rows=rows, batches=batches, **timings))
@@ -110,6 +102,15 @@ def write_batches(folders: Folders, data: DataFrame, rows: int, batches: int) ->
     for index in range(batches):  # written in order: the file source takes them so
         batch(data, index, rows).coalesce(1).write.mode("append").parquet(files)
     return StreamInput(files=files, schema=data.schema, rows=rows, batches=batches)
+
+
+def _seconds(
+    spark: SparkSession, folders: Folders, given: StreamInput, commit: str | None
+) -> float:
+    """A batch's seconds: of Delta's own query (``commit`` None), or of lakesink's."""
+    if commit is None:
+        return foreach_batch_seconds(spark, folders, given)
+    return lakesink_seconds(spark, folders, given, commit=commit)
 
 
 def foreach_batch_seconds(spark: SparkSession, folders: Folders, given: StreamInput) -> float:
