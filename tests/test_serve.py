@@ -1,11 +1,19 @@
 """``lakesink serve``: a real Thrift JDBC/ODBC server process, queried by real clients.
 
 beeline (from the pyspark installation) and a Python DB-API client (PyHive), logged in as a
-user of the server's users file (logins are checked by default), query the committed view
+user of the server's users file (logins are checked by default), query the committed views
 by name while a writer in this process is between pre-commit and commit: they see the
-committed rows only, then the new ones once it commits; with the table on local disk and
-on the S3 server. The raw table has no name. SIGTERM stops the server: it exits 0 and
-leaves no JVM behind (its processes are looked up before, and checked gone after).
+committed rows only, then the new ones once it commits; with the tables on local disk and
+on the S3 server. The raw tables have no name.
+
+The writer's checkpoint spans two tables, orders and their totals (one group). Its commit
+is held after orders published it and before totals did: there, one SQL statement over
+both views through the server must see the previous cut, while the tables' latest
+versions (read in this process, the control) disagree. Once the commit is through, the
+server moves its views on to the new cut, and every statement on the way agrees.
+
+SIGTERM stops the server: it exits 0 and leaves no JVM behind (its processes are looked up
+before, and checked gone after).
 Logins, TLS and secrets are tests/test_serve_auth.py's.
 """
 
@@ -14,10 +22,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 from serve_fixture import (
     add_user,
     beeline,
@@ -29,12 +39,18 @@ from serve_fixture import (
 )
 from servers.cluster import free_port
 
+from lakesink.core import step_hook
+from lakesink.core.checkpointing import commit_all, pre_commit_all
+from lakesink.delta.readers import cut_view_name
 from lakesink.delta.sink import DeltaSink
 from lakesink.storage.location import join
+from lakesink.tables.format import VISIBLE
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = "order_id BIGINT, item STRING"
+SCHEMAS = {"orders": "order_id BIGINT, item STRING", "totals": "batch BIGINT, orders BIGINT"}
+# Orders counted and their totals summed, in one statement: equal in any one cut.
+ONE_STATEMENT = "SELECT (SELECT count(*) FROM orders), (SELECT sum(orders) FROM totals)"
 
 
 def alive(pid: int) -> bool:
@@ -45,21 +61,40 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_sql_clients_see_only_committed_rows_during_a_live_checkpoint(spark, lake, tmp_path):
-    table = join(lake, "orders")  # on local disk, then on the S3 server
-    sink = DeltaSink.open(spark, table, schema=SCHEMA, view_name="v_serve")
-    sink.write(spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA))
-    sink.notify_checkpoint_complete(sink.checkpoint())
-    sink.write(spark.createDataFrame([(3, "c")], SCHEMA))
-    pending = sink.checkpoint()  # pre-committed: between pre-commit and commit
+def test_sql_clients_see_only_committed_rows_and_one_cut_during_a_live_checkpoint(
+    spark, lake, tmp_path
+):
+    # Orders and their totals, one group, on local disk and then on the S3 server.
+    paths = {name: join(lake, name) for name in ("orders", "totals")}
+    window, go = threading.Event(), threading.Event()
+
+    def hold_between_the_tables(step: str, checkpoint_id: int) -> None:
+        if step == "after_flip" and checkpoint_id == 2 and not window.is_set():
+            window.set()  # orders published checkpoint 2, totals not yet, no new cut
+            assert go.wait(timeout=600), "the test never let the commit go on"
+
+    with step_hook(hold_between_the_tables):
+        sinks = {
+            name: DeltaSink.open(spark, path, schema=SCHEMAS[name], view_name=f"v_serve_{name}")
+            for name, path in paths.items()
+        }
+    for checkpoint, orders in ((1, [(1, "a"), (2, "b")]), (2, [(3, "c")])):
+        sinks["orders"].write(spark.createDataFrame(orders, SCHEMAS["orders"]))
+        sinks["totals"].write(spark.createDataFrame([(checkpoint, len(orders))], SCHEMAS["totals"]))
+        pre_commit_all(sinks, checkpoint)
+        if checkpoint == 1:
+            commit_all(sinks, 1, group_id="serve-group")
+    # Checkpoint 2 is pre-committed in both tables: between pre-commit and commit.
     port, log = free_port(), tmp_path / "serve.log"
     users, password = tmp_path / "users", tmp_path / "password"
     add_user(users, "analyst", "reads-orders")
     password.write_text("reads-orders")
     server = start_serve(
-        "--port", str(port), "--users", str(users), "--table", table, "--master", "local[1]",
+        "--port", str(port), "--users", str(users), "--table", paths["orders"],
+        "--table", paths["totals"], "--master", "local[1]",
         log=log,
     )  # fmt: skip
+    committer = None
     try:
         url = wait_ready(server, log)
         assert url == f"jdbc:hive2://127.0.0.1:{port}/default"
@@ -69,11 +104,48 @@ def test_sql_clients_see_only_committed_rows_during_a_live_checkpoint(spark, lak
         connection = hive_connect(port, "analyst", "reads-orders")
         cursor = connection.cursor()
         cursor.execute("SHOW TABLES")
-        assert [row[1] for row in cursor.fetchall()] == ["orders"]  # the view, no raw table
+        names = sorted(row[1] for row in cursor.fetchall())
+        # The committed views and the group's cut view (its checkpoint id); no raw table.
+        assert names[:1] == [cut_view_name("x", "serve-group")] and names[1:] == [
+            "orders",
+            "totals",
+        ], names
         cursor.execute("SELECT order_id, item FROM orders ORDER BY order_id")
         assert cursor.fetchall() == [(1, "a"), (2, "b")]
 
-        sink.notify_checkpoint_complete(pending)
+        failed: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                commit_all(sinks, 2, group_id="serve-group")
+            except BaseException as exc:
+                failed.append(exc)
+                window.set()
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        assert window.wait(timeout=600) and not failed, failed
+        # The control: the tables' latest versions disagree inside the window...
+        latest = [
+            spark.read.format("delta").load(p).where(f"{VISIBLE} = true") for p in paths.values()
+        ]
+        assert (latest[0].count(), latest[1].agg(F.sum("orders")).first()[0]) == (3, 2)
+        # ...one SQL statement over both views through the server sees the previous cut.
+        cursor.execute(ONE_STATEMENT)
+        assert cursor.fetchall() == [(2, 2)]
+        go.set()
+        committer.join(timeout=600)
+        assert not committer.is_alive() and not failed, failed
+        # The server moves its views on to the new cut; every read on the way agrees.
+        deadline = time.monotonic() + 120
+        while True:
+            cursor.execute(ONE_STATEMENT)
+            orders_seen, totals_seen = cursor.fetchall()[0]
+            assert orders_seen == totals_seen, "one statement over both views saw two cuts"
+            if orders_seen == 3:
+                break
+            assert time.monotonic() < deadline, "the server never showed the new cut"
+            time.sleep(0.2)
         cursor.execute("SELECT order_id FROM orders ORDER BY order_id")
         assert [row[0] for row in cursor.fetchall()] == [1, 2, 3]
         connection.close()
@@ -87,10 +159,14 @@ def test_sql_clients_see_only_committed_rows_during_a_live_checkpoint(spark, lak
             time.sleep(0.5)
         assert not [p for p in below if alive(p)], "a process of the server outlived it"
     finally:
+        go.set()
+        if committer is not None:
+            committer.join(timeout=600)
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-        sink.close()
+        for sink in sinks.values():
+            sink.close()
 
 
 def test_a_taken_port_is_refused_before_spark_starts(tmp_path):
