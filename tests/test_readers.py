@@ -1,5 +1,6 @@
-"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the readers
-guide's DuckDB and polars examples run as written.
+"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the
+readers guide's DuckDB and polars examples run as written; the table format's filters of
+committed and pending rows select the same files in every engine's form.
 
 The table is written by a real sink: two committed checkpoints, one pre-committed but not
 committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
 from lakesink.readers import arrow, committed_dataset
-from lakesink.tables.format import VISIBLE
+from lakesink.tables.format import COMMITTED_ROWS, PENDING, VISIBLE, RowFilter, pending_txn_rows
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
 READERS_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "readers.md"
@@ -94,6 +98,45 @@ def test_a_table_of_another_format_is_refused(spark, tmp_path):
     spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('lakesink.formatVersion' = '1')")
     with pytest.raises(FormatVersionError, match=r"`lakesink migrate-table PATH`"):
         arrow(table)
+
+
+def files_each_form_selects(session, table: Path, rows: RowFilter) -> list[set[str]]:
+    """The data files (relative to the table) that each form of ``rows`` selects: Spark SQL
+    and a Spark column (the files the selected rows are in), delta-rs' filters, and a
+    pyarrow expression over delta-rs' add actions."""
+
+    def relative(path: str) -> str:
+        return unquote(path).split(f"{table}/", 1)[1]
+
+    raw = session.read.format("delta").load(str(table)).select(F.input_file_name().alias("f"))
+    in_spark = [
+        {relative(r.f) for r in raw.where(w).distinct().collect()}
+        for w in (rows.sql(), rows.column())
+    ]
+    log = DeltaTable(str(table))
+    by_filters = {
+        relative(f) for f in log.file_uris(file_pruning_predicate=rows.partition_filters())
+    }
+    actions = pa.table(log.get_add_actions(flatten=False)).filter(
+        rows.expression(within="partition")
+    )
+    by_expression = {unquote(f) for f in actions.column("path").to_pylist()}
+    return [*in_spark, by_filters, by_expression]
+
+
+def test_each_form_of_the_row_filters_selects_the_same_files(orders, spark):
+    table, _ = orders
+    every_file = {f.removeprefix(f"{table}/") for f in DeltaTable(str(table)).file_uris()}
+    committed = {f for f in every_file if f.startswith(f"{VISIBLE}=true/")}
+    pending = {f for f in every_file if f.startswith(f"{VISIBLE}=false/")}
+    txns = sorted({f.split("/")[1].removeprefix(f"{PENDING}=") for f in pending})
+    assert committed and len(txns) == 2  # the pre-committed and the aborted transaction's
+    for rows, expected in [
+        (COMMITTED_ROWS, committed),
+        (pending_txn_rows(txns), pending),
+        (pending_txn_rows(txns[0]), {f for f in pending if f"={txns[0]}/" in f}),
+    ]:
+        assert files_each_form_selects(spark, table, rows) == [expected] * 4, rows
 
 
 def guide_example(engine: str) -> str:

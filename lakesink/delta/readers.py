@@ -1,5 +1,5 @@
-"""How Spark readers see only committed rows: a view, a DataFrame, a stream, or a filter;
-the tables of a group all at one cut."""
+"""Committed rows in Spark: a DataFrame, a downstream stream, catalog views (the tables of
+a group all at one cut), and the rows of pending transactions that a check audits."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.errors import ConfigurationError
-from lakesink.spark.sql import delta_path, quote_identifier, quote_name, string_literal
+from lakesink.spark.sql import delta_path, quote_identifier, quote_name
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import group_cut, read_versions, view_cut
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     COMMITTED_FILTER,
-    HIDDEN_PREFIX,
-    PENDING,
-    VISIBLE,
     SinkTable,
+    pending_txn_rows,
+    user_columns,
 )
 
 __all__ = [
@@ -73,9 +72,7 @@ def _committed_at(spark: SparkSession, path: str, version: int | None) -> DataFr
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    table = reader.load(path)
-    user_columns = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
-    return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
+    return _committed_rows(reader.load(path))
 
 
 def committed_stream(spark: SparkSession, path: str, **options: str) -> DataFrame:
@@ -98,14 +95,18 @@ def committed_stream(spark: SparkSession, path: str, **options: str) -> DataFram
     ``options`` are passed to Delta's streaming source (``maxFilesPerTrigger``,
     ``startingVersion``, ...).
     """
-    table = (
+    return _committed_rows(
         spark.readStream.format("delta")
         .option("ignoreChanges", "true")
         .options(**options)
         .load(normalize(path))
     )
-    user_columns = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
-    return table.where(COMMITTED_FILTER).select(*[quote_identifier(c) for c in user_columns])
+
+
+def _committed_rows(table: DataFrame) -> DataFrame:
+    """A sink table's committed rows, user columns only (a batch or a streaming read)."""
+    columns = [quote_identifier(c) for c in user_columns(table.columns)]
+    return table.where(COMMITTED_FILTER).select(*columns)
 
 
 def create_committed_view(
@@ -190,8 +191,7 @@ def create_pending_view(
     query) written for one runs on the other. It reads the transactions' own partitions;
     once they are committed or vacuumed, it is empty.
     """
-    txns = ", ".join(string_literal(t) for t in txn_ids)
-    where = f"{VISIBLE} = false AND {PENDING} IN ({txns})"
+    where = pending_txn_rows(txn_ids).sql()
     _create_view(spark, view_name, table.path, table.schema.fieldNames(), where)
 
 
@@ -216,6 +216,6 @@ def pending_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[str]) 
     return (
         spark.read.format("delta")
         .load(table.path)
-        .where((F.col(VISIBLE) == F.lit(False)) & F.col(PENDING).isin(list(txn_ids)))
+        .where(pending_txn_rows(txn_ids).column())
         .select(*[F.col(quote_identifier(name)) for name in table.schema.fieldNames()])
     )

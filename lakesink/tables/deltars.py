@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -39,7 +39,7 @@ from lakesink.storage.access import translated
 from lakesink.storage.files import folder_names
 from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
-from lakesink.tables.format import SinkTable, check_format, sink_table
+from lakesink.tables.format import RowFilter, SinkTable, check_format, sink_table
 from lakesink.tables.history import HistoryEntry, history_entry
 
 __all__ = [
@@ -197,12 +197,13 @@ def transaction_version(path: str, app_id: str) -> int:
     return delta_table(path).transaction_version(app_id) or 0
 
 
-def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
-    """The data files of the Delta table at ``path`` (of one partition, if given)."""
-    filters = [(column, "=", value) for column, value in (partition or {}).items()]
+def file_count(path: str, rows: RowFilter | None = None) -> int:
+    """The data files of the Delta table at ``path`` (of the partitions ``rows`` selects,
+    if given)."""
+    filters = rows.partition_filters() if rows is not None else None
     table = delta_table(path)
     with translated(path):
-        return len(table.file_uris(file_pruning_predicate=filters or None))
+        return len(table.file_uris(file_pruning_predicate=filters))
 
 
 @dataclass(frozen=True)
