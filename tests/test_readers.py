@@ -1,6 +1,7 @@
-"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the
+"""Committed rows without Spark: ``lakesink.readers.deltars.arrow`` over delta-rs, and the
 readers guide's DuckDB and polars examples run as written; the table format's filters of
-committed and pending rows select the same files in every engine's form.
+committed and pending rows select the same files in every engine's form; the readers' old
+import paths still work, with a DeprecationWarning.
 
 The table is written by a real sink: two committed checkpoints, one pre-committed but not
 committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
@@ -10,7 +11,9 @@ masked files too.
 
 from __future__ import annotations
 
+import importlib
 import re
+import warnings
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -21,7 +24,9 @@ from pyspark.sql import functions as F
 
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
-from lakesink.readers import arrow, committed_dataset
+from lakesink.readers import deltars as arrow_readers
+from lakesink.readers import spark as spark_readers
+from lakesink.readers.deltars import arrow, committed_dataset
 from lakesink.tables.format import COMMITTED_ROWS, PENDING, VISIBLE, RowFilter, pending_txn_rows
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
@@ -139,6 +144,26 @@ def test_each_form_of_the_row_filters_selects_the_same_files(orders, spark):
         assert files_each_form_selects(spark, table, rows) == [expected] * 4, rows
 
 
+def test_an_old_reader_path_warns_and_gives_the_moved_name():
+    old_paths = [("lakesink.readers", arrow_readers), ("lakesink.delta.readers", spark_readers)]
+    for old, new in old_paths:
+        for name in new.__all__:
+            with pytest.warns(DeprecationWarning, match=rf"use {new.__name__}\.{name}$"):
+                found = getattr(importlib.import_module(old), name)
+            assert found is getattr(new, name)
+    with pytest.warns(DeprecationWarning, match=r"lakesink\.readers\.arrow is deprecated"):
+        from lakesink.readers import arrow as old_arrow  # as the README had it
+    assert old_arrow is arrow
+    with pytest.raises(ImportError, match="cannot import name 'nope'"):
+        from lakesink.delta.readers import nope  # noqa: F401
+    with warnings.catch_warnings():  # the new paths, and the top-level names, warn nothing
+        warnings.simplefilter("error")
+        from lakesink import arrow as top_arrow
+        from lakesink import committed
+
+        assert top_arrow is arrow and committed is spark_readers.committed
+
+
 def guide_example(engine: str) -> str:
     """The readers guide's Python example that imports ``engine``."""
     blocks = re.findall(r"```python\n(.*?)```", READERS_GUIDE.read_text(), re.S)
@@ -159,8 +184,8 @@ def test_the_guides_examples_read_the_committed_rows(engine, orders, capsys):
 
 
 def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path, commit):
-    from lakesink.delta.readers import committed_stream
     from lakesink.ops.vacuum import vacuum
+    from lakesink.readers.spark import committed_stream
 
     table, silver = tmp_path / "orders", tmp_path / "silver"
 

@@ -28,7 +28,7 @@ from test_serve import descendants
 
 from lakesink.jvm import wait_gone
 from lakesink.ops.status import sink_status
-from lakesink.readers import arrow
+from lakesink.readers.deltars import arrow
 from lakesink.storage.location import join
 from lakesink.testing.cluster import free_port
 from lakesink.testing.s3 import create_bucket, start_server, stop_server

@@ -28,7 +28,7 @@ from test_serve import alive, descendants, free_port, serve, wait_ready
 
 from lakesink.core import TxnState
 from lakesink.ops.status import sink_status
-from lakesink.readers import committed_dataset
+from lakesink.readers.deltars import committed_dataset
 from lakesink.tables.format import CHECKPOINT_ID
 
 pytestmark = pytest.mark.slow

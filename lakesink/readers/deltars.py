@@ -1,11 +1,11 @@
-"""Committed rows for engines other than Spark, read with delta-rs (no JVM).
+"""Committed rows as Arrow, read with delta-rs (no Spark, no JVM).
 
 DuckDB, polars, pandas and anything else that speaks Arrow read a lakesink table through
 ``arrow``: the committed rows, user columns only (the tables of a group at one cut, as
 ``lakesink.committed`` reads them). The masking bit is the table's first
 partition column, so the files of pending and aborted transactions are pruned from the
 table's log before any is opened. Spark readers use ``lakesink.committed`` (or the
-committed view by name).
+committed view by name, ``lakesink.readers.spark``).
 """
 
 from __future__ import annotations
