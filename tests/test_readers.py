@@ -165,10 +165,10 @@ def test_an_old_reader_path_warns_and_gives_the_moved_name():
 
 
 def guide_example(engine: str) -> str:
-    """The readers guide's Python example that imports ``engine``."""
+    """The readers guide's first Python example that imports ``engine``: the one over
+    ``lakesink.arrow`` (the section on reading by path imports it again)."""
     blocks = re.findall(r"```python\n(.*?)```", READERS_GUIDE.read_text(), re.S)
-    (block,) = [b for b in blocks if f"import {engine}" in b]
-    return block
+    return next(b for b in blocks if f"import {engine}" in b)
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "polars"])
