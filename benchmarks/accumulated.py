@@ -31,8 +31,8 @@ from benchmarks.harness import (
 )
 from benchmarks.reader import QUERIES, same_rows
 from benchmarks.report import Column, Section
-from lakesink.delta.readers import committed
 from lakesink.ops.compact import compact, plan_compaction
+from lakesink.readers.spark import committed
 from lakesink.tables.format import CHECKPOINT_ID, PENDING, TXN_ID, VISIBLE, ensure_sink_table
 from lakesink.tables.journal import default_journal_path
 

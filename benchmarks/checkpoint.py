@@ -29,8 +29,8 @@ from benchmarks.harness import (
 )
 from benchmarks.report import Column, Section
 from lakesink.core import CheckpointCoordinator
-from lakesink.delta.readers import committed
 from lakesink.delta.sink import DeltaSink
+from lakesink.readers.spark import committed
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 
 __all__ = ["CheckpointPoint", "checkpoint_section", "measure"]

@@ -32,8 +32,8 @@ from benchmarks.harness import (
 )
 from benchmarks.report import Column, Section
 from lakesink.core import CheckpointCoordinator, record_cut
-from lakesink.delta.readers import committed
 from lakesink.delta.sink import DeltaSink
+from lakesink.readers.spark import committed
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.cuts import cuts_path
 from lakesink.tables.format import VISIBLE

@@ -2,7 +2,7 @@
 
 A lakesink table and a plain Delta table get the same checkpoints of distinct rows (the
 lakesink one through the sink, committed). Two queries run on the committed view
-(``lakesink.delta.readers.committed``) and on the plain table: a full scan of every column
+(``lakesink.readers.spark.committed``) and on the plain table: a full scan of every column
 (written to Spark's ``noop`` sink, so every value is decoded) and an aggregate by
 customer. Then one checkpoint is left pre-committed but not committed, and a second
 writer aborts another, and both queries run again: the committed rows are unchanged, the
@@ -33,7 +33,7 @@ from benchmarks.harness import (
     timed,
 )
 from benchmarks.report import Column, Section
-from lakesink.delta.readers import committed
+from lakesink.readers.spark import committed
 
 __all__ = ["QUERIES", "ReaderPoint", "measure", "reader_section", "same_rows"]
 

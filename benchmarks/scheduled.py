@@ -31,7 +31,7 @@ from benchmarks.harness import (
 )
 from benchmarks.report import Column, Section
 from benchmarks.streaming import foreach_batch_query, lakesink_query
-from lakesink.delta.readers import committed
+from lakesink.readers.spark import committed
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
 

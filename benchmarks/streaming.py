@@ -32,7 +32,7 @@ from benchmarks.harness import (
     versus,
 )
 from benchmarks.report import Column, Section
-from lakesink.delta.readers import committed
+from lakesink.readers.spark import committed
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
 

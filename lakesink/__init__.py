@@ -39,9 +39,9 @@ from lakesink.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from lakesink.delta.readers import committed
     from lakesink.delta.sink import DeltaSink, SinkOptions
-    from lakesink.readers import arrow
+    from lakesink.readers.deltars import arrow
+    from lakesink.readers.spark import committed
     from lakesink.spark.session import spark_session
     from lakesink.spark.settings import CommitRetry
     from lakesink.spark.validation import ValidationGate
@@ -97,8 +97,8 @@ _LAZY = {
     "StreamingSink": "lakesink.streaming",
     "Table": "lakesink.table",
     "ValidationGate": "lakesink.spark.validation",
-    "arrow": "lakesink.readers",
-    "committed": "lakesink.delta.readers",
+    "arrow": "lakesink.readers.deltars",
+    "committed": "lakesink.readers.spark",
     "spark_session": "lakesink.spark.session",
 }
 

@@ -151,7 +151,7 @@ class Table:
         Raises:
             UnknownCheckpointError: ``checkpoint`` is not committed (or not known).
         """
-        from lakesink.readers import arrow
+        from lakesink.readers.deltars import arrow
 
         return arrow(self.path, version=self._version(checkpoint, version), columns=columns)
 
@@ -159,15 +159,15 @@ class Table:
         self, spark: SparkSession, *, checkpoint: int | None = None, version: int | None = None
     ) -> DataFrame:
         """The committed rows as a Spark DataFrame (as of a checkpoint or a version)."""
-        from lakesink.delta.readers import committed
+        from lakesink.readers.spark import committed
 
         return committed(spark, self.path, version=self._version(checkpoint, version))
 
     def pending_rows(self, spark: SparkSession, checkpoint_id: int) -> DataFrame:
         """The rows of a checkpoint that is not committed yet (pre-committed or held),
         user columns only: what an auditor looks at before publishing it."""
-        from lakesink.delta.readers import pending_rows
         from lakesink.ops.resolve import pending_transactions
+        from lakesink.readers.spark import pending_rows
         from lakesink.tables.format import read_sink_table
 
         transactions = pending_transactions(self.path, checkpoint_id)

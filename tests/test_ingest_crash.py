@@ -16,7 +16,7 @@ the next two files); after the last run every generated order is committed exact
 in both sinks. And every tool names the same checkpoint ids: Spark's commit log,
 ``lakesink status`` and both sinks' journals.
 
-A downstream streaming query (``lakesink.delta.readers.committed_stream`` into a plain
+A downstream streaming query (``lakesink.readers.spark.committed_stream`` into a plain
 Delta table) runs after every run of the chain, killed or not: each time, its table holds
 exactly the orders the committed view holds, each once, never a pending or aborted one.
 """
@@ -38,7 +38,7 @@ from s3_fixture import STORES, s3_uri
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.delta.readers import committed_stream
+from lakesink.readers.spark import committed_stream
 from lakesink.storage.location import join
 from lakesink.streaming import recorded_batch
 from lakesink.tables.history import table_version

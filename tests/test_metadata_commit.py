@@ -33,7 +33,7 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
-from lakesink.readers import arrow
+from lakesink.readers.deltars import arrow
 from lakesink.spark.settings import session_conf
 from lakesink.tables.format import PENDING, VISIBLE, commit_metadata
 

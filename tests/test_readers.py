@@ -1,5 +1,7 @@
-"""Committed rows without Spark: ``lakesink.readers.arrow`` over delta-rs, and the readers
-guide's DuckDB and polars examples run as written.
+"""Committed rows without Spark: ``lakesink.readers.deltars.arrow`` over delta-rs, and the
+readers guide's DuckDB and polars examples run as written; the table format's filters of
+committed and pending rows select the same files in every engine's form; the readers' old
+import paths still work, with a DeprecationWarning.
 
 The table is written by a real sink: two committed checkpoints, one pre-committed but not
 committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
@@ -9,16 +11,23 @@ masked files too.
 
 from __future__ import annotations
 
+import importlib
 import re
+import warnings
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
-from lakesink.readers import arrow, committed_dataset
-from lakesink.tables.format import VISIBLE
+from lakesink.readers import deltars as arrow_readers
+from lakesink.readers import spark as spark_readers
+from lakesink.readers.deltars import arrow, committed_dataset
+from lakesink.tables.format import COMMITTED_ROWS, PENDING, VISIBLE, RowFilter, pending_txn_rows
 
 SCHEMA = "order_id BIGINT, customer STRING, amount DOUBLE"
 READERS_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "readers.md"
@@ -96,6 +105,65 @@ def test_a_table_of_another_format_is_refused(spark, tmp_path):
         arrow(table)
 
 
+def files_each_form_selects(session, table: Path, rows: RowFilter) -> list[set[str]]:
+    """The data files (relative to the table) that each form of ``rows`` selects: Spark SQL
+    and a Spark column (the files the selected rows are in), delta-rs' filters, and a
+    pyarrow expression over delta-rs' add actions."""
+
+    def relative(path: str) -> str:
+        return unquote(path).split(f"{table}/", 1)[1]
+
+    raw = session.read.format("delta").load(str(table)).select(F.input_file_name().alias("f"))
+    in_spark = [
+        {relative(r.f) for r in raw.where(w).distinct().collect()}
+        for w in (rows.sql(), rows.column())
+    ]
+    log = DeltaTable(str(table))
+    by_filters = {
+        relative(f) for f in log.file_uris(file_pruning_predicate=rows.partition_filters())
+    }
+    actions = pa.table(log.get_add_actions(flatten=False)).filter(
+        rows.expression(within="partition")
+    )
+    by_expression = {unquote(f) for f in actions.column("path").to_pylist()}
+    return [*in_spark, by_filters, by_expression]
+
+
+def test_each_form_of_the_row_filters_selects_the_same_files(orders, spark):
+    table, _ = orders
+    every_file = {f.removeprefix(f"{table}/") for f in DeltaTable(str(table)).file_uris()}
+    committed = {f for f in every_file if f.startswith(f"{VISIBLE}=true/")}
+    pending = {f for f in every_file if f.startswith(f"{VISIBLE}=false/")}
+    txns = sorted({f.split("/")[1].removeprefix(f"{PENDING}=") for f in pending})
+    assert committed and len(txns) == 2  # the pre-committed and the aborted transaction's
+    for rows, expected in [
+        (COMMITTED_ROWS, committed),
+        (pending_txn_rows(txns), pending),
+        (pending_txn_rows(txns[0]), {f for f in pending if f"={txns[0]}/" in f}),
+    ]:
+        assert files_each_form_selects(spark, table, rows) == [expected] * 4, rows
+
+
+def test_an_old_reader_path_warns_and_gives_the_moved_name():
+    old_paths = [("lakesink.readers", arrow_readers), ("lakesink.delta.readers", spark_readers)]
+    for old, new in old_paths:
+        for name in new.__all__:
+            with pytest.warns(DeprecationWarning, match=rf"use {new.__name__}\.{name}$"):
+                found = getattr(importlib.import_module(old), name)
+            assert found is getattr(new, name)
+    with pytest.warns(DeprecationWarning, match=r"lakesink\.readers\.arrow is deprecated"):
+        from lakesink.readers import arrow as old_arrow  # as the README had it
+    assert old_arrow is arrow
+    with pytest.raises(ImportError, match="cannot import name 'nope'"):
+        from lakesink.delta.readers import nope  # noqa: F401
+    with warnings.catch_warnings():  # the new paths, and the top-level names, warn nothing
+        warnings.simplefilter("error")
+        from lakesink import arrow as top_arrow
+        from lakesink import committed
+
+        assert top_arrow is arrow and committed is spark_readers.committed
+
+
 def guide_example(engine: str) -> str:
     """The readers guide's first Python example that imports ``engine`` (the engines
     section further down shows each engine again, on a table path)."""
@@ -116,8 +184,8 @@ def test_the_guides_examples_read_the_committed_rows(engine, orders, capsys):
 
 
 def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path, commit):
-    from lakesink.delta.readers import committed_stream
     from lakesink.ops.vacuum import vacuum
+    from lakesink.readers.spark import committed_stream
 
     table, silver = tmp_path / "orders", tmp_path / "silver"
 

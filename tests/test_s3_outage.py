@@ -30,7 +30,7 @@ from test_serve import descendants
 
 from lakesink.jvm import wait_gone
 from lakesink.ops.status import sink_status
-from lakesink.readers import arrow
+from lakesink.readers.deltars import arrow
 from lakesink.storage.location import join
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ from test_serve import alive
 
 from lakesink.core import TxnState
 from lakesink.ops.status import sink_status
-from lakesink.readers import committed_dataset
+from lakesink.readers.deltars import committed_dataset
 from lakesink.tables.format import CHECKPOINT_ID
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from lakesink.cli import main
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.ops.status import sink_status
-from lakesink.readers import arrow
+from lakesink.readers.deltars import arrow
 from lakesink.storage.files import write_bytes
 from lakesink.storage.location import join
 from lakesink.tables.format import FORMAT_PROPERTY, JOURNAL_PROPERTY, TABLE_FORMAT

@@ -42,7 +42,13 @@ from lakesink.spark.settings import (
 )
 from lakesink.spark.sql import delta_path, string_literal
 from lakesink.storage.access import access_error
-from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE, commit_metadata
+from lakesink.tables.format import (
+    CHECKPOINT_ID,
+    PENDING,
+    VISIBLE,
+    commit_metadata,
+    pending_txn_rows,
+)
 
 __all__ = [
     "Committable",
@@ -128,7 +134,7 @@ class MergeCommitter(Committer):
             f"MERGE INTO {delta_path(c.table)} AS t "
             f"USING (SELECT {c.checkpoint_id} AS checkpoint_id, {txn} AS txn_id) AS s "
             # The literals pin the partition, so Delta reads (and conflict-checks) it alone.
-            f"ON t.{VISIBLE} = false AND t.{PENDING} = {txn} "
+            f"ON {pending_txn_rows(c.txn_id).sql(alias='t')} "
             f"AND t.{PENDING} = s.txn_id AND t.{CHECKPOINT_ID} = s.checkpoint_id "
             f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true, t.{PENDING} = NULL"
         )

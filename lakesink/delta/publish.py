@@ -58,7 +58,6 @@ from datetime import date
 from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
 from deltalake.transaction import (
@@ -72,7 +71,7 @@ from lakesink.errors import CommitFailedError, ConfigurationError
 from lakesink.storage.files import create_file, place_file, read_bytes
 from lakesink.storage.location import join
 from lakesink.tables.deltars import delta_table
-from lakesink.tables.format import PENDING, VISIBLE
+from lakesink.tables.format import PENDING, VISIBLE, pending_txn_rows
 from lakesink.tables.history import commit_actions
 
 __all__ = ["check_partition_types", "check_publishable", "publish"]
@@ -221,12 +220,8 @@ def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
     actions = pa.table(table.get_add_actions(flatten=False))
     if "partition" not in actions.column_names:
         return []
-    partition = actions.column("partition")
-    mine = pc.and_(
-        pc.equal(pc.struct_field(partition, PENDING), txn_id),
-        pc.equal(pc.struct_field(partition, VISIBLE), False),
-    )
-    return cast(list[dict[str, Any]], actions.filter(pc.fill_null(mine, False)).to_pylist())
+    mine = actions.filter(pending_txn_rows(txn_id).expression(within="partition"))
+    return cast(list[dict[str, Any]], mine.to_pylist())
 
 
 def _visible(file: Mapping[str, Any], path: str) -> AddAction:

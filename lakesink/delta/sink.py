@@ -58,13 +58,13 @@ from lakesink.core import (
 from lakesink.delta.committer import Committable, committer
 from lakesink.delta.modes import COMMIT_MODES, CommitMode
 from lakesink.delta.publish import check_partition_types, check_publishable
-from lakesink.delta.readers import create_committed_view, cut_view_name, pending_rows, show_cut
 from lakesink.errors import (
     CommitStateUnknownError,
     ConfigurationError,
     ProtocolError,
     TableNotFoundError,
 )
+from lakesink.readers.spark import create_committed_view, cut_view_name, pending_rows, show_cut
 from lakesink.spark.settings import (
     WRITE_SETTINGS,
     CommitRetry,

@@ -29,7 +29,7 @@ from lakesink.spark.settings import labelled, session_commit_metadata
 from lakesink.spark.sql import delta_path
 from lakesink.storage.files import is_delta_table
 from lakesink.tables.deltars import file_count
-from lakesink.tables.format import COMMITTED_FILTER, VISIBLE, commit_metadata
+from lakesink.tables.format import COMMITTED_ROWS, commit_metadata
 
 __all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
 
@@ -81,8 +81,8 @@ def plan_compaction(
         Compaction(
             path=table_path,
             what="committed rows",
-            predicate=COMMITTED_FILTER,
-            files_before=file_count(table_path, {VISIBLE: "true"}) + added.get("committed rows", 0),
+            predicate=COMMITTED_ROWS.sql(),
+            files_before=file_count(table_path, COMMITTED_ROWS) + added.get("committed rows", 0),
         )
     ]
     if journal_path and is_delta_table(journal_path):

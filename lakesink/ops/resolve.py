@@ -24,10 +24,10 @@ from pyspark.sql import SparkSession
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.modes import CommitMode
-from lakesink.delta.readers import create_pending_view, pending_rows
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
+from lakesink.readers.spark import create_pending_view, pending_rows
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut

@@ -125,8 +125,8 @@ def serve(
         TableNotFoundError, FormatVersionError: A table of ``tables`` is not a lakesink
             table of this version.
     """
-    from lakesink.delta.readers import CommittedViews
     from lakesink.jvm import listening
+    from lakesink.readers.spark import CommittedViews
     from lakesink.spark.session import (
         MASTER_ENV,
         METASTORE_ENV,

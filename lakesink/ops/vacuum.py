@@ -36,7 +36,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
@@ -58,11 +58,11 @@ from lakesink.spark.settings import (
     session_commit_metadata,
     session_conf,
 )
-from lakesink.spark.sql import delta_path, string_literal
+from lakesink.spark.sql import delta_path
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
 from lakesink.tables.deltars import PartitionFiles, partition_files
-from lakesink.tables.format import PENDING, VISIBLE, commit_metadata, read_sink_table
+from lakesink.tables.format import PENDING, commit_metadata, pending_txn_rows, read_sink_table
 from lakesink.tables.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
 
 __all__ = [
@@ -571,7 +571,7 @@ def _predicate(targets: Sequence[TransactionStatus]) -> str:
     # Partition columns only: Delta drops these transactions' pending partitions whole, from
     # the log, without reading a row, and conflict-checks only them. NOT visible, so even a
     # wrong journal cannot cost a committed row.
-    return f"NOT {VISIBLE} AND {PENDING} IN ({_strings(s.txn_id for s in targets)})"
+    return pending_txn_rows(s.txn_id for s in targets).sql()
 
 
 def _scan(
@@ -693,10 +693,6 @@ def _entry(
         detail=detail,
         row_count=row_count,
     )
-
-
-def _strings(values: Iterable[str]) -> str:
-    return ", ".join(string_literal(v) for v in values)
 
 
 def _number(value: float) -> str:

@@ -187,7 +187,7 @@ def group_cut(sink_id: str, journal_path: str) -> Cut | None:
 def view_cut(sink_id: str, journal_path: str) -> Cut | None:
     """The newest cut of the table's group, if its views by name should read at its cuts.
 
-    Views filter the group's rows by checkpoint id (``lakesink.delta.readers``), which is
+    Views filter the group's rows by checkpoint id (``lakesink.readers.spark``), which is
     right only for a table that its group alone writes: in one group, and every writer the
     journal knows of it is the group's. Otherwise None: its views show its latest commits.
     """

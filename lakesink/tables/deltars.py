@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -41,6 +41,7 @@ from lakesink.storage.location import is_uri
 from lakesink.storage.options import StorageOptions
 from lakesink.tables.format import (
     FORMAT_PROPERTY,
+    RowFilter,
     SinkTable,
     check_format,
     check_new_folder,
@@ -219,12 +220,13 @@ def has_sink_history(path: str) -> bool:
     return any(entry.lakesink is not None for entry in history(path))
 
 
-def file_count(path: str, partition: Mapping[str, str] | None = None) -> int:
-    """The data files of the Delta table at ``path`` (of one partition, if given)."""
-    filters = [(column, "=", value) for column, value in (partition or {}).items()]
+def file_count(path: str, rows: RowFilter | None = None) -> int:
+    """The data files of the Delta table at ``path`` (of the partitions ``rows`` selects,
+    if given)."""
+    filters = rows.partition_filters() if rows is not None else None
     table = delta_table(path)
     with translated(path):
-        return len(table.file_uris(file_pruning_predicate=filters or None))
+        return len(table.file_uris(file_pruning_predicate=filters))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The lakesink table format, all in one place: hidden columns, properties, format versions.
+"""The lakesink table format, all in one place: hidden columns, which rows are committed or
+pending (``RowFilter``, in each engine's form), properties, format versions.
 
 Four kinds of Delta table carry it:
 
@@ -48,11 +49,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+import pyarrow.compute as pc
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from lakesink.errors import (
@@ -62,7 +66,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.spark.sql import delta_path, quote_identifier
+from lakesink.spark.sql import delta_path, quote_identifier, string_literal
 from lakesink.storage.files import has_files, is_delta_table, remove_folder
 from lakesink.storage.location import join, relative_to_parent, resolve_relative
 
@@ -71,6 +75,7 @@ __all__ = [
     "CHECKPOINTS_SCHEMA",
     "CHECKPOINT_ID",
     "COMMITTED_FILTER",
+    "COMMITTED_ROWS",
     "CUTS_FORMAT",
     "CUTS_SCHEMA",
     "FORMAT_PROPERTY",
@@ -87,6 +92,7 @@ __all__ = [
     "TXN_ID",
     "UNMATERIALIZED",
     "VISIBLE",
+    "RowFilter",
     "SinkTable",
     "check_columns",
     "check_format",
@@ -96,9 +102,11 @@ __all__ = [
     "commit_metadata",
     "ensure_sink_table",
     "format_version",
+    "pending_txn_rows",
     "read_sink_table",
     "recorded_journal",
     "sink_table",
+    "user_columns",
     "user_fields",
 ]
 
@@ -117,9 +125,6 @@ HIDDEN_FIELDS = (
 )
 # A sink table's first partition columns; the user's own follow them.
 LAKESINK_PARTITIONS = (VISIBLE, PENDING)
-# What a reader of committed rows applies (then it drops the _lakesink_* columns): a
-# partition filter, so masked files are never read.
-COMMITTED_FILTER = f"{VISIBLE} = true"
 
 SINK_ID_PROPERTY = "lakesink.sinkId"
 # Format 4: partition values in the log and the folders only, not in the data files.
@@ -413,9 +418,14 @@ def check_partition_columns(partition_by: tuple[str, ...], schema: StructType) -
         )
 
 
+def user_columns(names: Iterable[str]) -> list[str]:
+    """The user's columns among a sink table's column names: all but the hidden ones."""
+    return [name for name in names if not name.startswith(HIDDEN_PREFIX)]
+
+
 def user_fields(schema: StructType) -> StructType:
     """The user's columns of a sink table's schema: every column but the hidden ones."""
-    return StructType([f for f in schema.fields if not f.name.startswith(HIDDEN_PREFIX)])
+    return StructType([schema[name] for name in user_columns(schema.fieldNames())])
 
 
 def check_reserved(schema: StructType, what: str) -> None:
@@ -450,6 +460,79 @@ def check_columns(actual: StructType, expected: StructType, *, what: str) -> Non
             f"{what} does not match the sink's schema: {'; '.join(problems)} "
             f"(expected: {expected.simpleString()})"
         )
+
+
+# ------------------------------------------------------------------ which rows
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which rows of a sink table a reader, a commit or the vacuum takes, in each engine's
+    form: terms on lakesink's partition columns, all of which hold.
+
+    ``COMMITTED_ROWS`` and ``pending_txn_rows`` state the two there are, once; every form
+    is rendered from the same terms. On partition columns only, each form selects whole
+    files from the table's log: no masked file is opened to decide.
+    """
+
+    # (column, value): the column holds the value; a tuple of values: any one of them.
+    terms: tuple[tuple[str, bool | str | tuple[str, ...]], ...]
+
+    def sql(self, *, alias: str = "") -> str:
+        """Spark SQL (a WHERE clause, a MERGE condition), columns qualified by ``alias``."""
+        prefix = f"{alias}." if alias else ""
+
+        def literal(value: bool | str) -> str:
+            return string_literal(value) if isinstance(value, str) else _spelled(value)
+
+        return " AND ".join(
+            f"{prefix}{c} IN ({', '.join(map(literal, v))})"
+            if isinstance(v, tuple)
+            else f"{prefix}{c} = {literal(v)}"
+            for c, v in self.terms
+        )
+
+    def column(self) -> Column:
+        """A Spark ``Column``."""
+        terms = [
+            F.col(c).isin(list(v)) if isinstance(v, tuple) else F.col(c) == F.lit(v)
+            for c, v in self.terms
+        ]
+        return reduce(lambda a, b: a & b, terms)
+
+    def partition_filters(self) -> list[tuple[str, str, str | list[str]]]:
+        """delta-rs' file pruning filters, values spelled as the Delta log spells them."""
+        return [
+            (c, "in", list(v)) if isinstance(v, tuple) else (c, "=", _spelled(v))
+            for c, v in self.terms
+        ]
+
+    def expression(self, *, within: str) -> pc.Expression:
+        """A ``pyarrow`` expression on the partition values in the struct column ``within``
+        (delta-rs' add actions)."""
+        terms = [
+            pc.field(within, c).isin(list(v)) if isinstance(v, tuple) else pc.field(within, c) == v
+            for c, v in self.terms
+        ]
+        return reduce(lambda a, b: a & b, terms)
+
+
+def _spelled(value: bool | str) -> str:
+    """A partition value as Spark SQL and the Delta log spell it (``true``, ``false``)."""
+    return value if isinstance(value, str) else str(value).lower()
+
+
+# A committed row has the masking bit set.
+COMMITTED_ROWS = RowFilter(((VISIBLE, True),))
+# What a reader of committed rows applies (then it drops the _lakesink_* columns), in SQL.
+COMMITTED_FILTER = COMMITTED_ROWS.sql()
+
+
+def pending_txn_rows(txn_ids: str | Iterable[str]) -> RowFilter:
+    """The rows of a pending transaction (an id), or of several (ids): masked, in the
+    transaction's own partition."""
+    ids = txn_ids if isinstance(txn_ids, str) else tuple(txn_ids)
+    return RowFilter(((VISIBLE, False), (PENDING, ids)))
 
 
 # ------------------------------------------------------------------ internals

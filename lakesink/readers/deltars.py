@@ -1,11 +1,11 @@
-"""Committed rows for engines other than Spark, read with delta-rs (no JVM).
+"""Committed rows as Arrow, read with delta-rs (no Spark, no JVM).
 
 DuckDB, polars, pandas and anything else that speaks Arrow read a lakesink table through
 ``arrow``: the committed rows, user columns only (the tables of a group at one cut, as
 ``lakesink.committed`` reads them). The masking bit is the table's first
 partition column, so the files of pending and aborted transactions are pruned from the
 table's log before any is opened. Spark readers use ``lakesink.committed`` (or the
-committed view by name).
+committed view by name, ``lakesink.readers.spark``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lakesink.errors import ConfigurationError
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import read_versions
 from lakesink.tables.deltars import arrow_dataset, read_sink_table_log
-from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
+from lakesink.tables.format import COMMITTED_ROWS, user_columns
 
 __all__ = ["arrow", "committed_dataset"]
 
@@ -38,7 +38,7 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
     """
     location = normalize(path)
     _, table = read_sink_table_log(location, version=version)
-    return arrow_dataset(table, location, file_pruning_predicate=[(VISIBLE, "=", "true")])
+    return arrow_dataset(table, location, file_pruning_predicate=COMMITTED_ROWS.partition_filters())
 
 
 @overload
@@ -84,7 +84,7 @@ def arrow(
 
 def _arrow_at(path: str, version: int | None, columns: Sequence[str] | None) -> pa.Table:
     dataset = committed_dataset(path, version=version)
-    user = [name for name in dataset.schema.names if not name.startswith(HIDDEN_PREFIX)]
+    user = user_columns(dataset.schema.names)
     wanted = list(columns) if columns is not None else user
     unknown = [name for name in wanted if name not in user]
     if unknown:
