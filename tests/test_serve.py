@@ -41,8 +41,8 @@ from servers.cluster import free_port
 
 from lakesink.core import step_hook
 from lakesink.core.checkpointing import commit_all, pre_commit_all
-from lakesink.delta.readers import cut_view_name
 from lakesink.delta.sink import DeltaSink
+from lakesink.readers.spark import cut_view_name
 from lakesink.storage.location import join
 from lakesink.tables.format import VISIBLE
 
