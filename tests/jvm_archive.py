@@ -3,9 +3,14 @@
 The tests start a few hundred Spark driver JVMs (jobs, commands, servers, crash-point
 runs). Each loaded and verified the same ten thousand classes of Spark, Scala and Delta
 before doing anything. Dumped once from a short job that writes and commits a sink table,
-the archive lets every later JVM with the same class path map those classes instead. A JVM
-whose class path is not the archive's (an S3 session puts hadoop-aws first; the Kafka
-broker and Derby are no Spark) finds it does not fit and starts as it would without it;
+the archive lets every later JVM with the same class path map those classes instead.
+
+A JVM's class path must begin as the archive's. The tests' Spark processes run with the
+test S3 server's ``AWS_*`` variables set (the session fixture starts it), so lakesink puts
+hadoop-aws first on their class path: the archive is dumped with those variables set too,
+pointing nowhere (the job writes to local disk). A JVM whose class path is another (a
+process started before the S3 server, the SQL server with Delta's jars on its class path,
+the Kafka broker, Derby) finds the archive does not fit and starts as it would without it;
 ``-Xshare:auto``, the default, never fails a start for it.
 
 ``python tests/jvm_archive.py`` makes (or finds) the archive and prints its path.
@@ -25,6 +30,13 @@ __all__ = ["archive_path", "java_options", "make_archive"]
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / ".cache" / "jvm"
+# The class path follows the variables' presence, not their values; nothing is sent there.
+UNUSED_S3 = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_ACCESS_KEY_ID": "unused",
+    "AWS_SECRET_ACCESS_KEY": "unused",
+    "AWS_REGION": "us-east-1",
+}
 
 # A sink's first open, a checkpoint written, committed both ways, and read: the classes of
 # what the tests' jobs and commands do. The driver JVM dumps the archive as it exits, which
@@ -53,7 +65,9 @@ def archive_path() -> Path:
     """Where the archive of this Java, this Spark and this environment's jars goes."""
     plain = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, env=plain).stderr
-    key = "\n".join([java, sys.prefix, version("pyspark"), version("delta-spark")])
+    # The folder of the Ivy cache is that of hadoop-aws too, which goes on the class path.
+    ivy = os.environ.get("LAKESINK_IVY_DIR", "")
+    key = "\n".join([java, sys.prefix, version("pyspark"), version("delta-spark"), ivy, "s3"])
     return FOLDER / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -65,7 +79,11 @@ def make_archive() -> Path | None:
     FOLDER.mkdir(parents=True, exist_ok=True)
     draft = Path(tempfile.mkdtemp(dir=FOLDER)) / archive.name
     options = os.environ.get("JAVA_TOOL_OPTIONS", "")
-    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{options} -XX:ArchiveClassesAtExit={draft}"}
+    env = {
+        **os.environ,
+        **UNUSED_S3,
+        "JAVA_TOOL_OPTIONS": f"{options} -XX:ArchiveClassesAtExit={draft}",
+    }
     done = subprocess.run(
         [sys.executable, "-c", WORKLOAD], env=env, capture_output=True, text=True, timeout=900
     )
