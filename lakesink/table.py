@@ -7,8 +7,8 @@
         print(checkpoint.checkpoint_id, checkpoint.state.value, checkpoint.rows)
     rows = table.arrow(checkpoint=41)        # committed rows as they were once 41 was published
     table.commit(spark, 42)                  # an operator publishes a held checkpoint
-    plan = table.vacuum(spark)               # what the vacuum would remove (a dry run)
-    table.vacuum(spark, dry_run=False)       # then remove it
+    plan = table.vacuum(spark, dry_run=True)  # what the vacuum would remove
+    table.vacuum(spark)                       # then remove it
 
 What reads the table's log and journal (checkpoints, status, metrics, Arrow rows) goes
 through delta-rs, with no Spark session and no JVM; what reads or rewrites rows with Spark
@@ -214,11 +214,13 @@ class Table:
 
         return revalidate_checkpoint(spark, self.path, checkpoint_id, gate)
 
-    def vacuum(self, spark: SparkSession, *, dry_run: bool = True, **options: Any) -> VacuumReport:
-        """What the vacuum removes: aborted and expired rows, then their files.
+    def vacuum(self, spark: SparkSession, *, dry_run: bool = False, **options: Any) -> VacuumReport:
+        """Remove aborted and expired rows, then their files: ``lakesink.ops.vacuum.vacuum``
+        with its defaults, as ``lakesink vacuum`` runs it.
 
-        A dry run by default: it reports and changes nothing. ``dry_run=False`` removes.
-        ``options`` are ``lakesink.ops.vacuum.plan_vacuum``'s (``retain_hours``,
+        It runs for real unless ``dry_run=True``, which reports and changes nothing (what
+        it removes no reader can see: see ``lakesink.ops.vacuum.vacuum``). ``options`` are
+        that function's (``metrics``) and ``plan_vacuum``'s (``retain_hours``,
         ``expire_open_after``, ``compact``, ...).
         """
         from lakesink.ops.vacuum import vacuum

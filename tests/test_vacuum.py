@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_metrics import samples
 
-from lakesink import committed
+from lakesink import Table, committed
 from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
@@ -400,6 +400,10 @@ def run_job(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+def as_json(report) -> dict:
+    return json.loads(json.dumps(report.as_dict()))
+
+
 def test_the_job_prints_json_and_exits_0_or_2_with_the_message(spark, table, tmp_path):
     txn = abort_one(spark, table, [1, 2])
     before = versions(spark, table)
@@ -411,6 +415,10 @@ def test_the_job_prints_json_and_exits_0_or_2_with_the_message(spark, table, tmp
     assert report["dry_run"] is True and report["rows_removed"] == 2
     assert [t["txn_id"] for t in report["transactions"]] == [txn]
     assert report["files_kept"] >= 1 and report["kept_until"]  # past the retention, 168 h
+    # One vacuum: the library function and the table object report the same dry run (when
+    # files stay until is taken from each run's clock).
+    for same in (vacuum(spark, str(table), dry_run=True), Table(table).vacuum(spark, dry_run=True)):
+        assert as_json(same) == report | {"kept_until": as_json(same)["kept_until"]}
     assert versions(spark, table) == before
 
     # For real, the table given as the first argument as every command takes it; the

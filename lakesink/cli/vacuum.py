@@ -13,27 +13,20 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from lakesink.cli.exits import EXIT_CODES, run_command
 from lakesink.cli.spark_output import add_spark_options, jvm_output
-from lakesink.errors import ConfigurationError
 from lakesink.storage.access import check_reachable
 from lakesink.storage.files import require_delta_table
 from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
+    from lakesink.ops.metrics import MetricsExport
     from lakesink.ops.vacuum import VacuumReport
-
-
-# Delta's VACUUM lists the table's folders in this many Spark tasks (Spark's default: 10000),
-# which costs minutes of task scheduling on one machine whatever the table's size.
-LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,26 +101,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    if args.expire_open_hours <= 0:
-        raise ConfigurationError(
-            f"--expire-open-hours must be positive, got {args.expire_open_hours:g}"
-        )
+    # Imported here so that a bad option fails before pyspark loads; checked before Spark
+    # starts, by the library's own check.
+    from lakesink.ops.metrics import MetricsExport
+    from lakesink.ops.vacuum import check_expiry
+
+    check_expiry(timedelta(hours=args.expire_open_hours))
     table = normalize(args.table)
     for location in (table, args.journal and normalize(args.journal)):
         if location:
             check_reachable(location, write=True)
     require_delta_table(table)
-    from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
-
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job="lakesink_vacuum"
     )
-    started = time.monotonic()
     with _stdout_to_stderr():
-        report = _run(args)
-    if not report.dry_run:
-        run = vacuum_run_metrics(report, duration_s=time.monotonic() - started)
-        replace(metrics, grouping={"sink": report.sink_id}).send_quietly(run)
+        report = _run(args, metrics)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -135,8 +124,7 @@ def _vacuum(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> VacuumReport:
-    # Imported here so that a bad option fails before pyspark loads.
+def _run(args: argparse.Namespace, metrics: MetricsExport) -> VacuumReport:
     from lakesink.ops.vacuum import vacuum
     from lakesink.spark.session import spark_session
 
@@ -144,12 +132,6 @@ def _run(args: argparse.Namespace) -> VacuumReport:
         master=args.master, app_name="lakesink-vacuum", jvm_output=jvm_output(args)
     )
     spark.sparkContext.setLogLevel("WARN")
-    context = spark.sparkContext
-    # pyspark types master as str | None; a started context has one.
-    if cast(str, context.master).startswith("local") and not context.getConf().contains(
-        LISTING_PARALLELISM
-    ):
-        spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
     try:
         return vacuum(
             spark,
@@ -165,6 +147,7 @@ def _run(args: argparse.Namespace) -> VacuumReport:
                 else {}
             ),
             dry_run=args.dry_run,
+            metrics=metrics,
         )
     finally:
         spark.stop()

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -51,6 +52,7 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
 from lakesink.ops.compact import compact as run_compaction
+from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
 from lakesink.spark.settings import (
     CommitRetry,
     labelled,
@@ -69,6 +71,7 @@ __all__ = [
     "VacuumPlan",
     "VacuumReport",
     "VacuumedTransaction",
+    "check_expiry",
     "execute_vacuum",
     "plan_vacuum",
     "vacuum",
@@ -77,6 +80,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 RETENTION_WINDOW_CONF = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's default for delta.deletedFileRetentionDuration
@@ -201,37 +205,85 @@ class VacuumReport:
 
 
 def vacuum(
-    spark: SparkSession, table_path: str, *, dry_run: bool = False, **options: Any
+    spark: SparkSession,
+    table_path: str,
+    *,
+    dry_run: bool = False,
+    metrics: MetricsExport | None = None,
+    **options: Any,
 ) -> VacuumReport:
     """Remove the rows of aborted and expired open transactions, then their files.
 
-    ``plan_vacuum`` then (unless ``dry_run``) ``execute_vacuum``; a dry run reports what
-    the plan would remove and changes nothing (no journal event, no delete, no VACUUM).
+    The one vacuum: ``lakesink vacuum``, ``jobs/vacuum.py`` and ``Table.vacuum`` call it,
+    with its defaults. ``plan_vacuum`` then (unless ``dry_run``) ``execute_vacuum``; a dry
+    run reports what the plan would remove and changes nothing (no journal event, no
+    delete, no VACUUM). It runs for real by default, because a scheduler runs it unattended
+    and what it removes no reader can see: rows of aborted transactions, of open ones past
+    the expiry whose writer is gone, and files Delta's retention already let go.
     Committed, pre-committed and deciding (``committing``) transactions are never touched,
     whatever their age. Safe to run while writers append and commit: the DELETE only reads
     and removes files of the aborted transactions' own partitions.
 
     Delta's VACUUM lists the table's folders in
-    ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` tasks (10000 by default);
-    on a single machine set it near the core count, or each VACUUM takes minutes.
+    ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` tasks (Spark's default:
+    10000, minutes of task scheduling on one machine whatever the table's size): with a
+    local master and the setting left unset, the vacuum lists in one task per core.
 
     Args:
         spark: A Delta-ready session.
         table_path: The lakesink table's folder.
         dry_run: Report what would be removed, change nothing.
+        metrics: Where to send the run's figures (``lakesink_vacuum_last_run_*``, grouped
+            by sink); a dry run sends none, and a failure to send is logged, not raised.
         **options: ``plan_vacuum``'s keyword options.
 
     Raises: as for ``plan_vacuum``.
     """
+    started = time.monotonic()
     plan = plan_vacuum(spark, table_path, **options)
-    with labelled(spark, plan.sink_id, None, "vacuum"):
+    with labelled(spark, plan.sink_id, None, "vacuum"), _local_listing(spark):
         if not dry_run:
-            return execute_vacuum(spark, plan)
+            report = execute_vacuum(spark, plan)
+            if metrics is not None:
+                figures = vacuum_run_metrics(report, duration_s=time.monotonic() - started)
+                dataclasses.replace(metrics, grouping={"sink": report.sink_id}).send_quietly(
+                    figures
+                )
+            return report
         # With a zero retention, the files the DELETE would remove go in the same VACUUM;
         # the listing cannot know them without the delete, so the plan's are added.
         pending = plan.files if plan.retain_hours == 0 else frozenset()
         files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
     return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
+
+
+@contextmanager
+def _local_listing(spark: SparkSession) -> Iterator[None]:
+    """One listing task per core for the block, on a local master whose session left the
+    listing parallelism unset (lakesink's ``spark_session`` sets it; ``spark-submit`` does
+    not)."""
+    context = spark.sparkContext
+    if not (context.master or "").startswith("local") or spark.conf.get(LISTING_PARALLELISM, None):
+        yield
+        return
+    spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
+    try:
+        yield
+    finally:
+        spark.conf.unset(LISTING_PARALLELISM)
+
+
+def check_expiry(expire_open_after: timedelta) -> None:
+    """Refuse an expiry that is not positive (``plan_vacuum`` and the command check it).
+
+    Raises:
+        ConfigurationError: ``expire_open_after`` is zero or negative.
+    """
+    if expire_open_after <= timedelta(0):
+        raise ConfigurationError(
+            f"the expiry of open transactions must be positive, got {expire_open_after}; "
+            "an open transaction younger than that may still be written to"
+        )
 
 
 def plan_vacuum(
@@ -279,11 +331,7 @@ def plan_vacuum(
     given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
     hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
-    if expire_open_after <= timedelta(0):
-        raise ConfigurationError(
-            f"expire_open_after must be positive, got {expire_open_after}; an open "
-            "transaction younger than that may still be written to"
-        )
+    check_expiry(expire_open_after)
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     prefix = f"vacuum {path}"
