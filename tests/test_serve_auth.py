@@ -306,12 +306,16 @@ def _listening(pids: set[int]) -> set[str]:
     inodes = set()
     for pid in pids:
         try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # the process ended
             continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed since the listing: a busy JVM opens and closes files
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
     found = set()
     for table, width in (("tcp", 4), ("tcp6", 16)):
         for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
