@@ -21,8 +21,8 @@ from packaging.version import Version
 # CPU: a 4-checkpoint ingest job cost 209 CPU-seconds (114 s) with it and 132 (92 s)
 # without. A driver JVM also spent most of its start loading and verifying Spark's classes:
 # from the class-data archive `make test` dumps first, a sink's open and two checkpoints
-# cost 24 CPU-seconds of the JVM where they cost 39. Set before any JVM starts, so all of
-# them inherit it; the JVM notes it on stderr.
+# cost 25.8 CPU-seconds of the JVM where they cost 34.3 (idle, the AWS variables set).
+# Set before any JVM starts, so all of them inherit it; the JVM notes it on stderr.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.java_options())
 # A JVM that runs for the whole session gains from C2 (tests/test_delta_sink.py in one
 # process: 268 s with it, 453 s without); its command line overrides the variable.

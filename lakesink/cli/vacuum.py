@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    # Imported here so that a bad option fails before pyspark loads; checked before Spark
-    # starts, by the library's own check.
+    # Imported here, after argparse refused bad options without loading pyspark; the
+    # expiry is the library's own check, made before Spark starts.
     from lakesink.ops.metrics import MetricsExport
     from lakesink.ops.vacuum import check_expiry
 
