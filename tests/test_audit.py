@@ -33,9 +33,8 @@ from delta.tables import DeltaTable
 
 from lakesink.core import TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
-from lakesink.errors import CommitError, TableNotFoundError
+from lakesink.errors import AuditFailedError, CommitError, TableNotFoundError
 from lakesink.ops.audit import (
-    AuditFailedError,
     AuditReport,
     Phase,
     audit_table,
