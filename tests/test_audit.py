@@ -17,7 +17,8 @@ The story the fixture writes, with times from a test clock (seconds after its st
 
 So the committed view must show exactly checkpoints 1, 3 and 4: 7 rows. A step hook reads
 the table's Delta version right after each MERGE and append, so the expected history
-mapping is what Delta reported at the time, not a guess.
+mapping is what Delta reported at the time, not a guess. The history's reader is tried on
+a log written by hand too.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
+from deltalake import CommitProperties, write_deltalake
 
 from lakesink.core import TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
@@ -44,9 +47,11 @@ from lakesink.ops.audit import (
     snapshot,
     to_frame,
 )
+from lakesink.ops.audit.checks import check_foreign_changes
 from lakesink.ops.vacuum import vacuum
 from lakesink.spark.validation import ValidationGate
 from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.history import read_history
 
 # One xdist worker runs the module and the story is session-scoped, so it is written once:
 # xdist may interleave other modules' tests on that worker, which ends a module scope.
@@ -417,3 +422,32 @@ def test_a_table_lakesink_did_not_write_is_refused(spark, tmp_path):
 
     with pytest.raises(TableNotFoundError, match="is not a lakesink table"):
         snapshot(spark, str(plain))
+
+
+def test_the_history_numbers_each_version_by_its_log_file(tmp_path):
+    # delta-rs's own history numbered these down from the version it opened, and left out a
+    # commit without commitInfo (the protocol makes it optional), shifting the older ones.
+    path = str(tmp_path / "table")
+    for n in range(3):
+        metadata = {"userMetadata": json.dumps({"lakesink": "write", "txn_id": f"t{n}"})}
+        write_deltalake(
+            path,
+            pa.table({"x": [n]}),
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata=metadata),
+        )
+    log = tmp_path / "table" / "_delta_log"
+    added = [line for line in (log / f"{2:020d}.json").read_text().splitlines() if '"add"' in line]
+    (log / f"{3:020d}.json").write_text("\n".join(added) + "\n")  # a bare commit
+
+    history = read_history(path)
+
+    assert [(e.version, e.lakesink, e.txn_ids) for e in history] == [
+        (0, "write", ("t0",)),
+        (1, "write", ("t1",)),
+        (2, "write", ("t2",)),
+        (3, None, ()),
+    ]
+    assert (history[3].operation, history[3].timestamp) == ("", None)
+    assert check_foreign_changes(history).offenders == ("version 3",)
+    assert read_history(path, up_to=1) == history[:2]

@@ -75,7 +75,7 @@ def audit_table(spark: SparkSession, table_path: str) -> AuditReport:
             table says it is.
     """
     snap = snapshot(spark, table_path)
-    history = table_history(spark, snap)
+    history = table_history(snap)
     audits = timeline(spark, snap, history=history)
     report = AuditReport(
         snapshot=snap,
@@ -109,6 +109,6 @@ def exactly_once_checks(
         audits: The sink's timeline if already read (``timeline``).
         history: The table's history if already read (``table_history``).
     """
-    history = table_history(spark, snap) if history is None else history
+    history = table_history(snap) if history is None else history
     audits = timeline(spark, snap, history=history) if audits is None else audits
     return run_checks(audits, history)

@@ -161,8 +161,7 @@ def check_foreign_changes(history: Sequence[HistoryEntry]) -> CheckResult:
     findings = tuple(
         Finding(
             version=e.version,
-            reason=f"version {e.version} ({e.operation}, {e.timestamp:%Y-%m-%d %H:%M:%S} UTC) "
-            "was not made by lakesink",
+            reason=f"version {e.version} ({_described(e)}) was not made by lakesink",
         )
         for e in history
         if e.lakesink is None and e.operation not in ROW_PRESERVING_OPERATIONS
@@ -172,6 +171,12 @@ def check_foreign_changes(history: Sequence[HistoryEntry]) -> CheckResult:
         description="every Delta version that can change rows carries lakesink's metadata",
         findings=findings,
     )
+
+
+def _described(entry: HistoryEntry) -> str:
+    """Its operation and time, or what its commit leaves out (the protocol needs neither)."""
+    when = f"{entry.timestamp:%Y-%m-%d %H:%M:%S} UTC" if entry.timestamp else "no time"
+    return f"{entry.operation or 'no operation'}, {when}"
 
 
 def raise_on_failures(reports: Iterable[AuditReport]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, cast, overload
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
@@ -20,7 +20,7 @@ from lakesink.errors import LakesinkError
 from lakesink.ops.audit.records import AuditSnapshot, Phase, TransactionAudit, ValidationFailure
 from lakesink.storage.location import normalize
 from lakesink.tables.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
-from lakesink.tables.history import HistoryEntry, first_versions, history_entry
+from lakesink.tables.history import HistoryEntry, first_versions, read_history, table_version
 from lakesink.tables.journal import Journal, fold
 
 __all__ = ["failed_validations", "snapshot", "table_history", "timeline"]
@@ -44,28 +44,22 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
             table says it is.
         LakesinkError: The journal changed during every attempt.
     """
-    from delta.tables import DeltaTable
-
     table_path = normalize(table_path)
     sink_table = read_sink_table(spark, table_path)
     journal = Journal(spark, sink_table.journal_path, create=False)
     journal.transactions(sink_table.sink_id, table_path=table_path)  # the table's own journal
-    table = DeltaTable.forPath(spark, table_path)
-    journal_table = DeltaTable.forPath(spark, journal.path)
 
-    def latest(delta_table: DeltaTable) -> int:
-        # A Delta table has at least one version, so history(1) has a row.
-        return int(cast(Row, delta_table.history(1).select("version").first())[0])
-
+    # Each log's newest version from a listing, no Spark job: every read after it asks for
+    # its version by number.
     for attempt in range(attempts):
-        before = latest(journal_table)
-        table_version = latest(table)
-        if latest(journal_table) == before:
+        before = table_version(journal.path)
+        version = table_version(table_path)
+        if table_version(journal.path) == before:
             return AuditSnapshot(
                 table_path=table_path,
                 sink_id=sink_table.sink_id,
                 journal_path=journal.path,
-                table_version=table_version,
+                table_version=version,
                 journal_version=before,
                 taken_at=datetime.now(timezone.utc),
             )
@@ -77,38 +71,10 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     )
 
 
-def table_history(spark: SparkSession, snap: AuditSnapshot) -> tuple[HistoryEntry, ...]:
-    """The table's Delta versions up to the snapshot's, oldest first, as lakesink made them.
-
-    Versions older than the table's log retention (``delta.logRetentionDuration``, 30 days
-    by default) are gone from Delta's history and so from here.
-    """
-    from delta.tables import DeltaTable
-
-    rows = (
-        DeltaTable.forPath(spark, snap.table_path)
-        .history()
-        .where(F.col("version") <= snap.table_version)
-        .select(
-            "version",
-            F.unix_micros("timestamp").alias("micros"),
-            "operation",
-            "operationMetrics",
-            "userMetadata",
-        )
-        .orderBy("version")
-        .collect()
-    )
-    return tuple(
-        history_entry(
-            version=row.version,
-            timestamp=_utc(row.micros),
-            operation=row.operation,
-            user_metadata=row.userMetadata,
-            metrics=row.operationMetrics,
-        )
-        for row in rows
-    )
+def table_history(snap: AuditSnapshot) -> tuple[HistoryEntry, ...]:
+    """The table's Delta versions up to the snapshot's, oldest first, as lakesink made them
+    (``lakesink.tables.history.read_history``, as ``lakesink.Table`` reads them)."""
+    return tuple(read_history(snap.table_path, up_to=snap.table_version))
 
 
 def timeline(
@@ -127,7 +93,7 @@ def timeline(
         snap: What to read (``snapshot``).
         history: The table's history if already read (``table_history``).
     """
-    history = table_history(spark, snap) if history is None else history
+    history = table_history(snap) if history is None else history
     folded = {row.txn_id: row for row in fold(_events(spark, snap)).collect()}
     counts = _row_counts(spark, snap)
     commit_versions = first_versions(history, "commit")
