@@ -1,6 +1,7 @@
 """Reading a lakesink table for its audit: pin it and its journal to versions that agree,
 then read the journal's events, the table's rows per transaction and its Delta history, all
-at those versions."""
+at those versions. Events and rows are read by Spark (``versionAsOf``); the history from
+the table's log (``lakesink.tables.history.read_history``), as ``lakesink.Table`` reads it."""
 
 from __future__ import annotations
 
