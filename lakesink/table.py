@@ -11,9 +11,10 @@
     table.vacuum(spark)                       # then remove it
 
 What reads the table's log and journal (checkpoints, status, metrics, Arrow rows) goes
-through delta-rs, with no Spark session and no JVM; what reads or rewrites rows with Spark
-(DataFrames, commit, abort, validation, the vacuum, the audit) takes the session as its first
-argument. Writing is the sink's part: ``DeltaSink``, ``StreamingSink``.
+through delta-rs or the log's files, with no Spark session and no JVM; what reads or
+rewrites rows with Spark (DataFrames, commit, abort, validation, the vacuum, the audit)
+takes the session as its first argument. Writing is the sink's part: ``DeltaSink``,
+``StreamingSink``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import cut_version
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.history import first_versions
+from lakesink.tables.history import first_versions, read_history
 from lakesink.tables.journal import TransactionStatus
 
 if TYPE_CHECKING:
@@ -295,7 +296,5 @@ def _rank(state: TxnState) -> int:
 
 def _publishing_versions(path: str) -> dict[str, int]:
     """Per transaction, the first Delta version whose lakesink commit made rows of it
-    visible, from the table's history (read with delta-rs)."""
-    from lakesink.tables.deltars import history
-
-    return first_versions(history(path), "commit")
+    visible, from the table's history."""
+    return first_versions(read_history(path), "commit")

@@ -18,6 +18,10 @@ The story the fixture writes, with times from a test clock (seconds after its st
 So the committed view must show exactly checkpoints 1, 3 and 4: 7 rows. A step hook reads
 the table's Delta version right after each MERGE and append, so the expected history
 mapping is what Delta reported at the time, not a guess.
+
+The last part tries each check on records built by hand, with no Spark: each finds what was
+planted, and passes a sink that kept its promise; and the history's reader on a log written
+by hand.
 """
 
 from __future__ import annotations
@@ -28,16 +32,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
+from deltalake import CommitProperties, write_deltalake
 
 from lakesink.core import TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
-from lakesink.errors import CommitError, TableNotFoundError
+from lakesink.errors import AuditFailedError, CommitError, TableNotFoundError
 from lakesink.ops.audit import (
-    AuditFailedError,
     AuditReport,
+    AuditSnapshot,
     Phase,
+    TransactionAudit,
     audit_table,
     exactly_once_checks,
     failed_validations,
@@ -45,9 +52,17 @@ from lakesink.ops.audit import (
     snapshot,
     to_frame,
 )
+from lakesink.ops.audit.checks import (
+    check_counts,
+    check_duplicates,
+    check_foreign_changes,
+    check_visibility,
+    run_checks,
+)
 from lakesink.ops.vacuum import vacuum
 from lakesink.spark.validation import ValidationGate
 from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.history import HistoryEntry, read_history
 
 # One xdist worker runs the module and the story is session-scoped, so it is written once:
 # xdist may interleave other modules' tests on that worker, which ends a module scope.
@@ -418,3 +433,198 @@ def test_a_table_lakesink_did_not_write_is_refused(spark, tmp_path):
 
     with pytest.raises(TableNotFoundError, match="is not a lakesink table"):
         snapshot(spark, str(plain))
+
+
+# ------------------------------------------------- the checks, on records built by hand
+
+
+def txn(name: str, state: TxnState | None, **what) -> TransactionAudit:
+    """A transaction of checkpoint 1 as the audit reads it: no row, no time, unless given."""
+    fields = {
+        "checkpoint_id": 1,
+        "txn_id": name,
+        "writer_id": "a",
+        "state": state,
+        "phase": Phase.of(state),
+        "opened_at": None,
+        "pre_committed_at": None,
+        "committed_at": None,
+        "aborted_at": None,
+        "held_at": None,
+        "commit_latency_s": None,
+        "pending_age_s": None,
+        "row_count": None,
+        "visible_rows": 0,
+        "masked_rows": 0,
+        "vacuumed": False,
+        "commit_version": None,
+        "vacuum_version": None,
+        "last_error": None,
+        "validation": None,
+    }
+    return TransactionAudit(**{**fields, **what})
+
+
+def entry(version: int, operation: str, lakesink: str | None = None, **what) -> HistoryEntry:
+    fields = {
+        "timestamp": at(version),
+        "checkpoint_id": None,
+        "txn_ids": (),
+        "step": None,
+        "rows": None,
+    }
+    return HistoryEntry(
+        version=version, operation=operation, lakesink=lakesink, **{**fields, **what}
+    )
+
+
+# A sink that kept its promise: "c" committed (3 rows), "f" committed by a MERGE whose
+# "committed" event is still to come (2 rows), "x" aborted (1 row masked), "p" pending.
+CLEAN_TIMELINE = (
+    txn("c", TxnState.COMMITTED, row_count=3, visible_rows=3, commit_version=2),
+    txn("f", TxnState.PRE_COMMITTED, row_count=2, visible_rows=2, commit_version=4),
+    txn("x", TxnState.ABORTED, row_count=1, masked_rows=1),
+    txn("p", TxnState.PRE_COMMITTED, row_count=2, masked_rows=2),
+)
+CLEAN_HISTORY = (
+    entry(0, "CREATE TABLE"),
+    entry(1, "WRITE", "write", checkpoint_id=1, txn_ids=("c",), step=1, rows=3),
+    entry(2, "MERGE", "commit", checkpoint_id=1, txn_ids=("c",), rows=3),
+    entry(3, "WRITE", "write", checkpoint_id=1, txn_ids=("f",), step=1, rows=2),
+    entry(4, "MERGE", "commit", checkpoint_id=1, txn_ids=("f",), rows=2),
+    entry(5, "OPTIMIZE"),
+)
+
+
+def test_every_check_passes_on_a_sink_that_kept_its_promise():
+    results = run_checks(CLEAN_TIMELINE, CLEAN_HISTORY)
+
+    assert [c.name for c in results] == list(CHECK_NAMES)
+    assert [c.findings for c in results] == [()] * 4
+
+
+def test_the_duplicate_check_finds_extra_rows_and_a_replayed_append():
+    grown = txn("c", TxnState.COMMITTED, row_count=3, visible_rows=3, masked_rows=1)
+    replayed = entry(6, "WRITE", "write", checkpoint_id=1, txn_ids=("f",), step=1, rows=2)
+
+    found = check_duplicates([grown, *CLEAN_TIMELINE[1:]], [*CLEAN_HISTORY, replayed])
+
+    assert [f.reason for f in found.findings] == [
+        "c (checkpoint 1) has 4 rows in the table, the journal pre-committed 3",
+        "f (checkpoint 1) has append 1 in the history 2 times",
+    ]
+    assert found.offenders == ("c", "f")
+    assert check_duplicates(CLEAN_TIMELINE, CLEAN_HISTORY).passed
+
+
+def test_the_visibility_check_finds_rows_no_commit_published():
+    shown = [
+        txn("x", TxnState.ABORTED, row_count=1, visible_rows=1),
+        txn("p", TxnState.PRE_COMMITTED, row_count=2, visible_rows=2),  # no commit MERGE
+        txn("h", TxnState.HELD, row_count=1, visible_rows=1),
+        txn("u", None, checkpoint_id=9, visible_rows=4),
+    ]
+
+    found = check_visibility([*CLEAN_TIMELINE[:2], *shown])
+
+    assert found.offenders == ("x", "p", "h", "u")
+    assert found.findings[0].reason == "x (checkpoint 1) has 1 visible rows but is aborted"
+    assert (
+        found.findings[3].reason == "u (checkpoint 9) has 4 visible rows but is not in the journal"
+    )
+    assert str(found) == "FAIL  no visible row of a non-committed checkpoint: x, p, h, u"
+    # A decided commit may show its rows before its MERGE is in the history.
+    assert check_visibility([txn("d", TxnState.COMMITTING, row_count=1, visible_rows=1)]).passed
+
+
+def test_the_count_check_finds_a_committed_transaction_short_and_the_total_off():
+    short = txn("c", TxnState.COMMITTED, row_count=3, visible_rows=2, commit_version=2)
+    masked = txn("m", TxnState.COMMITTED, row_count=1, visible_rows=1, masked_rows=1)
+
+    found = check_counts([short, masked, *CLEAN_TIMELINE[1:]])
+
+    assert found.offenders == ("c", "m", "total")
+    assert [f.reason for f in found.findings] == [
+        "c (checkpoint 1) has 2 visible and 0 masked rows, the journal committed 3",
+        "m (checkpoint 1) has 1 visible and 1 masked rows, the journal committed 1",
+        "the committed view has 5 rows, the journal's committed transactions 6",
+    ]
+    # Rows nobody journaled make the total wrong even when every committed one is right.
+    stray = txn("u", None, checkpoint_id=9, visible_rows=4)
+    assert check_counts([*CLEAN_TIMELINE, stray]).offenders == ("total",)
+
+
+def test_the_foreign_change_check_finds_versions_lakesink_did_not_make():
+    history = [
+        *CLEAN_HISTORY,
+        entry(6, "DELETE"),
+        entry(7, "", timestamp=None),  # a commit with no commitInfo
+        entry(8, "SET TBLPROPERTIES"),
+    ]
+
+    found = check_foreign_changes(history)
+
+    assert found.offenders == ("version 6", "version 7")
+    assert [f.reason for f in found.findings] == [
+        "version 6 (DELETE, 2023-11-14 22:13:26 UTC) was not made by lakesink",
+        "version 7 (no operation, no time) was not made by lakesink",
+    ]
+
+
+def test_raise_on_failures_names_each_failed_check_and_its_table():
+    snap = AuditSnapshot(
+        table_path="/lake/orders",
+        sink_id="orders",
+        journal_path="/lake/_lakesink_journal",
+        table_version=6,
+        journal_version=9,
+        taken_at=at(300),
+    )
+    history = (*CLEAN_HISTORY, entry(6, "DELETE"))
+
+    def report(history: tuple[HistoryEntry, ...]) -> AuditReport:
+        checks = run_checks(CLEAN_TIMELINE, history)
+        return AuditReport(
+            snapshot=snap,
+            history=history,
+            timeline=CLEAN_TIMELINE,
+            validation_failures=(),
+            checks=checks,
+        )
+
+    raise_on_failures([report(CLEAN_HISTORY)])  # raises nothing
+    with pytest.raises(AuditFailedError) as raised:
+        raise_on_failures([report(CLEAN_HISTORY), report(history)])
+    assert str(raised.value) == (
+        "exactly-once audit failed: no row changed outside lakesink in /lake/orders "
+        "(version 6 (DELETE, 2023-11-14 22:13:26 UTC) was not made by lakesink)"
+    )
+
+
+def test_the_history_numbers_each_version_by_its_log_file(tmp_path):
+    # delta-rs's own history numbered these down from the version it opened, and left out a
+    # commit without commitInfo (the protocol makes it optional), shifting the older ones.
+    path = str(tmp_path / "table")
+    for n in range(3):
+        metadata = {"userMetadata": json.dumps({"lakesink": "write", "txn_id": f"t{n}"})}
+        write_deltalake(
+            path,
+            pa.table({"x": [n]}),
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata=metadata),
+        )
+    log = tmp_path / "table" / "_delta_log"
+    added = [line for line in (log / f"{2:020d}.json").read_text().splitlines() if '"add"' in line]
+    (log / f"{3:020d}.json").write_text("\n".join(added) + "\n")  # a bare commit
+
+    history = read_history(path)
+
+    assert [(e.version, e.lakesink, e.txn_ids) for e in history] == [
+        (0, "write", ("t0",)),
+        (1, "write", ("t1",)),
+        (2, "write", ("t2",)),
+        (3, None, ()),
+    ]
+    assert (history[3].operation, history[3].timestamp) == ("", None)
+    assert check_foreign_changes(history).offenders == ("version 3",)
+    assert read_history(path, up_to=1) == history[:2]

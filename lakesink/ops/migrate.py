@@ -47,7 +47,6 @@ from lakesink.storage.files import is_delta_table
 from lakesink.storage.lease import writer_locks
 from lakesink.storage.location import normalize, resolve_relative
 from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
-from lakesink.tables.deltars import history
 from lakesink.tables.format import (
     CHECKPOINTS_FORMAT,
     FORMAT_PROPERTY,
@@ -64,6 +63,7 @@ from lakesink.tables.format import (
     format_version,
     recorded_journal,
 )
+from lakesink.tables.history import read_history
 
 __all__ = [
     "MigrationPlan",
@@ -194,7 +194,7 @@ def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
     version = format_version(properties)
     if version >= TABLE_FORMAT:
         return TableMigrationPlan(path=path, step="nothing", version=version, rows=0)
-    newest = history(path)[0]
+    newest = read_history(path)[-1]
     if newest.lakesink == "migrate":  # rewritten, its format not recorded yet
         return TableMigrationPlan(path=path, step="finish", version=version, rows=0)
     rows = spark.read.format("delta").load(path).count()

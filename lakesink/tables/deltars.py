@@ -22,7 +22,6 @@ import json
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, cast
 
 import pyarrow as pa
@@ -47,7 +46,7 @@ from lakesink.tables.format import (
     check_new_folder,
     sink_table,
 )
-from lakesink.tables.history import HistoryEntry, history_entry
+from lakesink.tables.history import read_history
 
 __all__ = [
     "PartitionFiles",
@@ -57,7 +56,6 @@ __all__ = [
     "ensure_log_table",
     "file_count",
     "has_sink_history",
-    "history",
     "partition_files",
     "read_log_rows",
     "read_sink_table_log",
@@ -195,20 +193,6 @@ def _open(path: str, missing: str, version: int | None = None) -> DeltaTable:
         raise TableNotFoundError(f"cannot read {path} at version {version}: {exc}") from None
 
 
-def history(path: str) -> list[HistoryEntry]:
-    """The table's Delta history, newest first, with what lakesink says each commit did."""
-    return [
-        history_entry(
-            version=entry["version"],
-            timestamp=datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc),
-            operation=entry.get("operation", ""),
-            user_metadata=entry.get("userMetadata"),
-            metrics=entry.get("operationMetrics"),
-        )
-        for entry in delta_table(path).history()
-    ]
-
-
 def has_sink_history(path: str) -> bool:
     """Whether the sink table at ``path`` ever held rows or a commit of lakesink's.
 
@@ -217,7 +201,7 @@ def has_sink_history(path: str) -> bool:
     """
     if delta_table(path).file_uris():
         return True
-    return any(entry.lakesink is not None for entry in history(path))
+    return any(entry.lakesink is not None for entry in read_history(path))
 
 
 def file_count(path: str, rows: RowFilter | None = None) -> int:

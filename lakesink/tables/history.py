@@ -1,18 +1,20 @@
-"""What lakesink's own commits did, read back from a sink table's Delta history and log.
+"""What lakesink's own commits did, read back from a sink table's Delta log.
 
 Each Delta commit lakesink makes carries ``userMetadata`` (``tables.format.commit_metadata``)
-naming its operation, checkpoint and transactions. The audit reads the history through
-Spark, the table object through delta-rs; both read each entry, and which version made a
-transaction visible, here. A writer looks its own commit up in the log files
-(``find_commit``): an append whose answer was lost may have landed.
+naming its operation, checkpoint and transactions. The table's history is read here, one
+way, from the commit files of its log (``read_history``): by the audit, at the version it
+pinned, and by ``lakesink.Table`` and the read-only commands, which have no JVM. A writer
+looks its own commit up in the same files (``find_commit``): an append whose answer was
+lost may have landed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from lakesink.errors import TableNotFoundError
@@ -24,9 +26,13 @@ __all__ = [
     "commit_actions",
     "find_commit",
     "first_versions",
-    "history_entry",
+    "read_history",
     "table_version",
 ]
+
+# Commit files read at once: a history of thousands of versions on an object store is one
+# request per version.
+LOG_READERS = 16
 
 # How far a commit's time (the committing process's clock) may trail the clock of the
 # process that looks for it.
@@ -48,8 +54,9 @@ class HistoryEntry:
 
     Attributes:
         version: The Delta version.
-        timestamp: When it was committed.
-        operation: Delta's operation name (``WRITE``, ``MERGE``, ``DELETE``, ...).
+        timestamp: When it was committed (None if its commit does not say).
+        operation: Delta's operation name (``WRITE``, ``MERGE``, ``DELETE``, ...; empty
+            if its commit does not say).
         lakesink: The lakesink operation (``write``, ``commit``, ``vacuum``), or None for
             a version lakesink did not make.
         checkpoint_id: The checkpoint a write or commit belongs to.
@@ -61,7 +68,7 @@ class HistoryEntry:
     """
 
     version: int
-    timestamp: datetime
+    timestamp: datetime | None
     operation: str
     lakesink: str | None
     checkpoint_id: int | None
@@ -70,26 +77,50 @@ class HistoryEntry:
     rows: int | None
 
 
-def history_entry(
-    *,
-    version: int,
-    timestamp: datetime,
-    operation: str,
-    user_metadata: str | None,
-    metrics: Mapping[str, object] | None,
-) -> HistoryEntry:
-    """One entry, from the fields of a history row (Spark's or delta-rs')."""
+# Neither Spark's history nor delta-rs' serves both readers. Spark's needs a JVM, which
+# Table and the read-only commands do without. delta-rs 1.6 numbers the commit infos it
+# finds down from the version it opened: a table opened as of an older version (the
+# audit's pin) gets the newest commits under older numbers, and a commit without a
+# commitInfo action (the protocol makes it optional) is left out, shifting every older
+# version by one, so a change made that way would hide from the audit. The commit files
+# are what both read; read here, each version is the number of its file.
+def read_history(path: str, *, up_to: int | None = None) -> list[HistoryEntry]:
+    """The Delta history of the table at ``path``, oldest first, up to version ``up_to``
+    (all of it if None), with what lakesink says each commit did.
+
+    Versions older than the table's log retention (``delta.logRetentionDuration``, 30 days
+    by default) are gone from its log and so from here.
+
+    Raises:
+        StorageAccessError: The store refused or did not answer.
+    """
+    versions = [v for v in _commit_versions(path) if up_to is None or v <= up_to]
+    with ThreadPoolExecutor(max_workers=LOG_READERS) as pool:
+        infos = list(pool.map(lambda version: _commit_info(path, version), versions))
+    return [
+        _entry(version, info)
+        for version, info in zip(versions, infos, strict=True)
+        if info is not None  # cleaned up since the listing: older than the retention
+    ]
+
+
+def _entry(version: int, info: Mapping[str, Any]) -> HistoryEntry:
     try:
-        metadata = json.loads(user_metadata) if user_metadata else {}
+        metadata = json.loads(info.get("userMetadata") or "{}")
     except json.JSONDecodeError:
         metadata = {}
     if not isinstance(metadata, dict) or "lakesink" not in metadata:
         metadata = {}
     txn_ids = metadata.get("txn_ids") or ([metadata["txn_id"]] if "txn_id" in metadata else [])
-    metric = (metrics or {}).get(_ROWS_METRIC.get(operation, ""))
+    operation = str(info.get("operation", ""))
+    metric = (info.get("operationMetrics") or {}).get(_ROWS_METRIC.get(operation, ""))
+    # With in-commit timestamps on, that is the commit's time (as Spark's history shows).
+    millis = info.get("inCommitTimestamp", info.get("timestamp"))
     return HistoryEntry(
-        version=int(version),
-        timestamp=timestamp,
+        version=version,
+        timestamp=(
+            None if millis is None else datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+        ),
         operation=operation,
         lakesink=metadata.get("lakesink"),
         checkpoint_id=metadata.get("checkpoint_id"),
@@ -120,14 +151,19 @@ def table_version(path: str) -> int:
     Raises:
         TableNotFoundError: No commit there.
     """
-    versions = [
+    versions = _commit_versions(path)
+    if not versions:
+        raise TableNotFoundError(f"no Delta table at {path}")
+    return versions[-1]
+
+
+def _commit_versions(path: str) -> list[int]:
+    """The versions of the commit files in the table's log, oldest first (listed, not read)."""
+    return sorted(
         int(name.split(".")[0])
         for name in folder_names(join(path, "_delta_log"))
         if name.endswith(".json") and name.split(".")[0].isdigit()
-    ]
-    if not versions:
-        raise TableNotFoundError(f"no Delta table at {path}")
-    return max(versions)
+    )
 
 
 def commit_actions(path: str, version: int) -> list[dict[str, Any]]:
@@ -136,8 +172,25 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]]:
     Raises:
         FileNotFoundError: No such version (yet, or any more).
     """
+    return list(_actions(path, version))
+
+
+def _actions(path: str, version: int) -> Iterator[dict[str, Any]]:
+    """The actions of a version, parsed as they are taken (its file is read at once)."""
     content = read_bytes(join(path, "_delta_log", f"{version:020d}.json"))
-    return [json.loads(line) for line in content.decode().splitlines() if line.strip()]
+    return (json.loads(line) for line in content.decode().splitlines() if line.strip())
+
+
+def _commit_info(path: str, version: int) -> dict[str, Any] | None:
+    """The ``commitInfo`` action of a version ({} if it has none), None if its file is gone.
+
+    Spark and delta-rs write it first, so the rest (a MERGE's every file) is not parsed.
+    """
+    try:
+        actions = _actions(path, version)
+    except FileNotFoundError:
+        return None
+    return next((dict(a["commitInfo"]) for a in actions if "commitInfo" in a), {})
 
 
 def find_commit(path: str, user_metadata: str, *, since_ms: int) -> int | None:
@@ -148,11 +201,9 @@ def find_commit(path: str, user_metadata: str, *, since_ms: int) -> int | None:
     ``since_ms``: a few files, for a writer that sent its commit a moment ago.
     """
     for version in range(table_version(path), -1, -1):
-        try:
-            actions = commit_actions(path, version)
-        except FileNotFoundError:  # cleaned up: older than any commit in question
+        info = _commit_info(path, version)
+        if info is None:  # cleaned up: older than any commit in question
             return None
-        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if info.get("userMetadata") == user_metadata:
             return version
         if int(info.get("timestamp", 0)) < since_ms - CLOCK_SKEW_MS:
