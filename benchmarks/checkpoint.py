@@ -105,7 +105,7 @@ def _seconds(
             for index, frame in enumerate(batches):
                 for sink in sinks.values():
                     sink.write(frame)
-                job.checkpoint(str(index))
+                job.trigger_checkpoint(str(index))
 
         try:
             seconds = timed(work)

@@ -83,13 +83,13 @@ class _GrowingTables:
             rows = self.next_batch()
             for sink in (self.sink, self.metadata_sink):
                 sink.write(rows)
-                sink.notify_checkpoint_complete(sink.checkpoint())
+                sink.notify_checkpoint_complete(sink.prepare_commit())
             plain_append(rows, self.plain)
             self.committed += 1
 
     def time_commit(self, files_read: list[int | None]) -> dict[str, float]:
         self.sink.write(self.next_batch())
-        checkpoint = self.sink.checkpoint()
+        checkpoint = self.sink.prepare_commit()
         with self.scans.counting() as counted:
             seconds = timed(lambda: self.sink.notify_checkpoint_complete(checkpoint))
         files_read.append(counted[0])
@@ -99,7 +99,7 @@ class _GrowingTables:
     def time_metadata_commit(self) -> dict[str, float]:
         """The commit of the same size into the table committed by metadata, as old."""
         self.metadata_sink.write(self.next_batch())
-        checkpoint = self.metadata_sink.checkpoint()
+        checkpoint = self.metadata_sink.prepare_commit()
         return {
             "metadata_commit": timed(
                 lambda: self.metadata_sink.notify_checkpoint_complete(checkpoint)

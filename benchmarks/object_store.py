@@ -11,7 +11,7 @@ round trip of milliseconds to each of those requests.
 For each size, every repetition does the same work once on local disk and once on S3, in
 alternating order, with the same cached rows, each in fresh tables:
 
-- a pre-commit (``sink.write`` + ``sink.checkpoint()``) and its commit
+- a pre-commit (``sink.write`` + ``sink.prepare_commit()``) and its commit
   (``sink.notify_checkpoint_complete``), as in section 1;
 - a ``StreamingSink`` query of ``batches`` micro-batches of the same number of rows, as in
   section 6, its table and checkpoint location on the store measured; its input Parquet

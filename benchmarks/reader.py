@@ -80,11 +80,11 @@ def measure(
     try:
         for index in range(checkpoints):
             sink.write(batch(rows, index, size))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
             plain_append(batch(rows, index, size), plain)
         points = _round(spark, path, plain, "committed only", 0, repetitions)
         sink.write(batch(rows, checkpoints, size))
-        sink.checkpoint()  # pre-committed, never committed: pending
+        sink.prepare_commit()  # pre-committed, never committed: pending
         aborter = open_sink(spark, path, rows.schema, writer_id="aborter")
         aborter.write(batch(rows, checkpoints + 1, size))
         aborter.close()  # aborted

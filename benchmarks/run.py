@@ -272,7 +272,7 @@ def _warm_up(spark: SparkSession, workspace: Workspace) -> None:
     plain_append(rows, f"{folder}/plain")
     with open_sink(spark, f"{folder}/events", rows.schema) as sink:
         sink.write(rows)
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     rows.unpersist()
     workspace.drop(folder)
 

@@ -4,7 +4,7 @@ One measurement serves both. For each size, every repetition appends the rows to
 plain Delta table, once plainly and once as Delta's own idempotent append (``txnAppId`` /
 ``txnVersion``, the baseline an exactly-once pipeline has without lakesink) and, into a
 fresh lakesink table, writes and pre-commits
-them (``sink.write`` + ``sink.checkpoint()``: the masked append and its journal records),
+them (``sink.write`` + ``sink.prepare_commit()``: the masked append and its journal records),
 then commits them (``sink.notify_checkpoint_complete``: the MERGE flip and its record); and
 the same again into a third table whose sink commits by metadata (``commit="metadata"``: the
 files added again as visible).
@@ -112,7 +112,7 @@ def pre_commit_and_commit(
 ) -> dict[str, float]:
     """One repetition of lakesink's side, into a fresh table in one of ``folders``.
 
-    Times the pre-commit (``sink.write`` + ``sink.checkpoint()``) and the commit
+    Times the pre-commit (``sink.write`` + ``sink.prepare_commit()``) and the commit
     (``sink.notify_checkpoint_complete``) of ``data``; opening the sink is not timed. Puts
     the commit's MERGE metrics into ``merge_metrics`` when given, then drops the table.
     ``commit`` is the sink's commit mode.
@@ -127,7 +127,7 @@ def pre_commit_and_commit(
 
     def pre_commit_rows() -> None:
         sink.write(data)
-        checkpoints.append(sink.checkpoint())
+        checkpoints.append(sink.prepare_commit())
 
     try:
         pre_commit = timed(pre_commit_rows)

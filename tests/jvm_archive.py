@@ -51,7 +51,7 @@ folder = tempfile.mkdtemp()
 for mode in ("merge", "metadata"):
     sink = DeltaSink.open(spark, f"{folder}/{mode}", schema="id BIGINT, s STRING", commit=mode)
     sink.write(spark.createDataFrame([(1, "a"), (2, "b")], "id BIGINT, s STRING"))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.close()
     assert committed(spark, f"{folder}/{mode}").count() == 2
 gateway = SparkContext._gateway.proc

@@ -160,7 +160,7 @@ def build_audited_table(spark, path: Path) -> Story:
 
     def checkpoint(sink: DeltaSink, at: float) -> int:
         clock.at(at)
-        return sink.checkpoint()
+        return sink.prepare_commit()
 
     def commit(sink: DeltaSink, checkpoint_id: int, at: float) -> None:
         clock.at(at)

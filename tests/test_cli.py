@@ -48,9 +48,9 @@ def test_status_shows_last_commit_pending_and_aborted(spark, tmp_path, capsys):
     schema = "order_id BIGINT"
     sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_status")
     sink.write(spark.createDataFrame([(1,), (2,)], schema))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(3,)], schema))
-    sink.checkpoint()  # checkpoint 2 stays pre-committed
+    sink.prepare_commit()  # checkpoint 2 stays pre-committed
     sink.write(spark.createDataFrame([(4,)], schema))
     sink.close()  # checkpoint 3 is aborted
 
@@ -77,9 +77,9 @@ def test_status_reads_without_spark_and_exits_0_as_a_process(spark, tmp_path):
     path = str(tmp_path / "orders")
     sink = DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="cli_fast")
     sink.write(spark.createDataFrame([(1,), (2,)], "order_id BIGINT"))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(3,)], "order_id BIGINT"))
-    sink.checkpoint()
+    sink.prepare_commit()
 
     result = run("status", path)
 
@@ -105,9 +105,9 @@ def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
     schema = "order_id BIGINT"
     sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_manual")
     sink.write(spark.createDataFrame([(1,)], schema))
-    sink.checkpoint()  # checkpoint 1: pre-committed
+    sink.prepare_commit()  # checkpoint 1: pre-committed
     sink.write(spark.createDataFrame([(2,)], schema))
-    sink.checkpoint()  # checkpoint 2: pre-committed
+    sink.prepare_commit()  # checkpoint 2: pre-committed
     sink._release()  # the writer "dies" without committing
 
     # stdin is not a terminal under pytest: without --yes nothing is done
@@ -130,9 +130,9 @@ def test_a_pending_checkpoint_is_audited_with_sql_by_name_before_it_is_published
     schema = "order_id BIGINT, amount DOUBLE"
     sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_audited")
     sink.write(spark.createDataFrame([(1, 5.0)], schema))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(2, 7.0), (3, -1.0)], schema))
-    pending = sink.checkpoint()  # pre-committed: about to be published
+    pending = sink.prepare_commit()  # pre-committed: about to be published
 
     assert main(["checkpoint-view", path, "--checkpoint", str(pending)]) == 0
     assert f"view orders_checkpoint_{pending}: the rows of checkpoint" in capsys.readouterr().out
@@ -164,7 +164,7 @@ def test_a_command_refused_by_a_live_writers_lock_exits_75_and_bad_input_exits_2
     path = str(tmp_path / "orders")
     sink = DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="cli_locked")
     sink.write(spark.createDataFrame([(1,)], "order_id BIGINT"))
-    sink.checkpoint()  # pre-committed; the writer goes on running
+    sink.prepare_commit()  # pre-committed; the writer goes on running
     lock = writer_lock(path, "orders", "0").path
     assert lock.read_text() == f"{socket.gethostname()} {os.getpid()}"  # this live process
 

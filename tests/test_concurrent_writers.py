@@ -58,7 +58,7 @@ sink = open_sink()
 for k in range(checkpoints):
     ids = range(first + k * rows, first + (k + 1) * rows)
     sink.write(frame(ids))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     sink.notify_checkpoint_complete(checkpoint)
     print("committed", checkpoint, ids.start, ids.stop, flush=True)
     if k == 1:  # an abandoned transaction for the vacuum to remove

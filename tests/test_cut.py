@@ -167,7 +167,7 @@ def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
     for path in (a, b):
         with DeltaSink.open(spark, path, schema=SCHEMA, view_name=f"v_{Path(path).name}") as s:
             s.write(spark.createDataFrame([(1, "x")], SCHEMA))
-            s.notify_checkpoint_complete(s.checkpoint())
+            s.notify_checkpoint_complete(s.prepare_commit())
     # Neither is in a group: each at its latest version, together too.
     first, second = lakesink.committed(spark, a, b)
     assert first.count() == second.count() == 1

@@ -84,7 +84,7 @@ def open_sink(spark, table, *, hook=None, **options) -> DeltaSink:
 def test_rows_are_visible_only_after_the_commit(spark, table, commit):
     sink = open_sink(spark, table, commit=commit)
     sink.write(rows(spark, [1, 2, 3]))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
 
     assert raw_count(spark, table) == 3
     assert visible_ids(spark, table) == []
@@ -101,9 +101,12 @@ def test_rows_are_visible_only_after_the_commit(spark, table, commit):
 
 def test_notify_after_several_checkpoints_commits_exactly_those(spark, table):
     sink = open_sink(spark, table)
-    for batch in ([1], [2], [3]):
+    for batch in ([1], [2]):
         sink.write(rows(spark, batch))
-        sink.checkpoint()
+        sink.prepare_commit()
+    sink.write(rows(spark, [3]))
+    with pytest.warns(DeprecationWarning, match=r"use DeltaSink.prepare_commit\(\)"):
+        assert sink.checkpoint() == 3  # the old name, for one release
 
     sink.notify_checkpoint_complete(2)
 
@@ -116,9 +119,9 @@ def test_notify_after_several_checkpoints_commits_exactly_those(spark, table):
 def test_fail_before_notify_then_restore_commits_once(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
-    sink.checkpoint()
+    sink.prepare_commit()
     sink.write(rows(spark, [2]))
-    sink.checkpoint()
+    sink.prepare_commit()
     sink.write(rows(spark, [3]))  # open, never pre-committed
     del sink  # the process dies: no notification, no close
 
@@ -146,7 +149,7 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
 
     sink = open_sink(spark, table, hook=fail_flip, **options)
     sink.write(rows(spark, [1]))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     with pytest.raises(CommitError, match="MERGE unavailable"):
         sink.notify_checkpoint_complete(checkpoint)
     assert visible_ids(spark, table) == []
@@ -183,12 +186,12 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
 
     sink = open_sink(spark, table, hook=crash, commit=commit)
     sink.write(rows(spark, [1, 2]))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     with pytest.raises(Crash):
         sink.write(rows(spark, [3, 4]))
         if crash_at == "after_invoke":
             raise Crash(crash_at)
-        checkpoint = sink.checkpoint()
+        checkpoint = sink.prepare_commit()
         if crash_at == "after_pre_commit":
             raise Crash(crash_at)
         sink.notify_checkpoint_complete(checkpoint)
@@ -203,7 +206,7 @@ def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(
     else:
         assert journal[2] == {"aborted"}
         restored.write(rows(spark, [3, 4]))
-        restored.notify_checkpoint_complete(restored.checkpoint())
+        restored.notify_checkpoint_complete(restored.prepare_commit())
 
     ids = visible_ids(spark, table)
     assert Counter(ids) == Counter([1, 2, 3, 4])
@@ -226,7 +229,7 @@ def test_an_append_whose_answer_was_lost_is_found_in_the_log_and_not_sent_again(
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`")
     appends = history.where("operation = 'WRITE'").count()
     assert appends == 1
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     assert visible_ids(spark, table) == [1, 2, 3]
     assert states(sink)[1] == {"committed"}
     sink.close()
@@ -264,7 +267,7 @@ def test_each_append_names_its_writer_transaction_and_step_in_the_log(spark, tab
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
     sink.write(rows(spark, [2]))
-    sink.checkpoint()
+    sink.prepare_commit()
     sink.write(rows(spark, [3]))
     sink.close()
     restarted = open_sink(spark, table)
@@ -288,17 +291,17 @@ def test_a_replayed_checkpoint_id_writes_anew_and_commits_only_the_replay(spark,
     versions)."""
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     completed = sink.state  # what a driver records for checkpoint 1
     sink.write(rows(spark, [20, 21]))  # checkpoint 2, first attempt: pre-committed, then lost
-    sink.checkpoint()
+    sink.prepare_commit()
     sink._release()  # the process dies
 
     replay = DeltaSink(spark, str(table), view_name="v_replay")
     replay.initialize_state(completed)  # the driver's next checkpoint is 2 again
     assert replay.current_checkpoint_id == 2
     replay.write(rows(spark, [20, 21, 22]))
-    replay.notify_checkpoint_complete(replay.checkpoint())
+    replay.notify_checkpoint_complete(replay.prepare_commit())
 
     assert Counter(visible_ids(spark, table)) == Counter([1, 20, 21, 22])
     attempts = {
@@ -317,9 +320,9 @@ def test_two_writers_into_one_checkpoint(spark, table, commit):
 
     a.write(rows(spark, [1, 2]))
     b.write(rows(spark, [3]))
-    a.notify_checkpoint_complete(a.checkpoint())
+    a.notify_checkpoint_complete(a.prepare_commit())
     assert visible_ids(spark, table) == [1, 2]  # b's rows wait for b's commit
-    b.notify_checkpoint_complete(b.checkpoint())
+    b.notify_checkpoint_complete(b.prepare_commit())
 
     assert visible_ids(spark, table) == [1, 2, 3]
     a.close()
@@ -330,7 +333,7 @@ def test_commit_while_another_writer_keeps_appending(spark, table, commit):
     committer = open_sink(spark, table, writer_id="committer", commit=commit)
     appender = open_sink(spark, table, writer_id="appender", commit=commit)
     committer.write(rows(spark, range(0, 100)))
-    checkpoint = committer.checkpoint()
+    checkpoint = committer.prepare_commit()
     stop = threading.Event()
     appended = []
 
@@ -350,7 +353,7 @@ def test_commit_while_another_writer_keeps_appending(spark, table, commit):
         thread.join()
 
     assert visible_ids(spark, table) == list(range(100))
-    appender.notify_checkpoint_complete(appender.checkpoint())
+    appender.notify_checkpoint_complete(appender.prepare_commit())
     assert visible_ids(spark, table) == sorted([*range(100), *appended])
     committer.close()
     appender.close()
@@ -360,7 +363,7 @@ def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table, comm
     sink = open_sink(spark, table, commit=commit)
     ghost = open_sink(spark, table, writer_id="ghost", commit=commit)
     ghost.write(rows(spark, [-1]))
-    ghost.checkpoint()  # pre-committed, never notified: its row must never show
+    ghost.prepare_commit()  # pre-committed, never notified: its row must never show
     ghost.write(rows(spark, [-2]))  # open, never pre-committed
     batches = [list(range(n * 100, n * 100 + 100)) for n in range(4)]
     stop = threading.Event()
@@ -381,7 +384,7 @@ def test_a_reader_never_sees_pending_rows_even_during_commits(spark, table, comm
     try:
         for batch in batches:
             sink.write(rows(spark, batch))
-            checkpoint = sink.checkpoint()
+            checkpoint = sink.prepare_commit()
             let_reader_read()  # between pre-commit and commit
             sink.notify_checkpoint_complete(checkpoint)
             let_reader_read()
@@ -405,7 +408,7 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
     other = DeltaSink.open(spark, str(table), schema=wide, view_name="v_wide", writer_id="w2")
     for writer in (sink, other):
         writer.write(spark.createDataFrame([tuple(range(40))] * 5, wide).repartition(2))
-        writer.checkpoint()
+        writer.prepare_commit()
 
     sink.notify_checkpoint_complete(1)
 
@@ -435,9 +438,9 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
 def test_the_committed_view_skips_masked_files_by_their_partition(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, range(3)))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(rows(spark, range(3, 6)))
-    sink.checkpoint()  # pending: its file is masked
+    sink.prepare_commit()  # pending: its file is masked
 
     view = committed(spark, str(table))
     plan = view._jdf.queryExecution().executedPlan().toString()
@@ -456,7 +459,7 @@ def test_a_table_partitioned_by_user_columns_keeps_them_through_the_commit(spark
         spark, str(table), schema=schema, view_name="v_regions", partition_by=("region",)
     )
     sink.write(spark.createDataFrame([(1, "eu"), (2, "us"), (3, "eu")], schema))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.close()
 
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
@@ -481,7 +484,7 @@ def test_lakesinks_spark_jobs_are_labelled_with_sink_checkpoint_and_phase(spark,
     tracker, store = context._jsc.sc().statusTracker(), context._jsc.sc().statusStore()
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1, 2]))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     sink.notify_checkpoint_complete(checkpoint)
     vacuum(spark, str(table))
 
@@ -508,7 +511,7 @@ def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark,
         before = {key: spark.conf.get(key, None) for key in keys}
         sink = open_sink(spark, table)
         sink.write(rows(spark, range(200)).repartition(4))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
 
         merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'")
         # The flipped rows are written by the tasks that read them, not funnelled into one.
@@ -565,7 +568,7 @@ def test_threads_sharing_a_session_take_turns_to_set_its_conf(spark):
 def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, []))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     sink.notify_checkpoint_complete(checkpoint)
     assert visible_ids(spark, table) == []
     status = [s for s in sink.journal.transactions(sink.sink_id) if s.checkpoint_id == 1]
@@ -584,7 +587,7 @@ def snapshot_of(spark, table, journal) -> tuple[int, int]:
 def running(spark, table):
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1]))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     yield sink
     sink.close()
 
@@ -647,7 +650,7 @@ def test_commit_of_an_aborted_checkpoint_is_refused(spark, table):
     sink.close()  # aborts checkpoint 1
     sink = open_sink(spark, table)
     sink.write(rows(spark, [2]))
-    sink.checkpoint()  # checkpoint 2
+    sink.prepare_commit()  # checkpoint 2
     before = snapshot_of(spark, table, sink.journal.path)
     with pytest.raises(UnknownCheckpointError, match=r"checkpoint 1 .*journal says: aborted"):
         sink.notify_checkpoint_complete(1)
@@ -695,7 +698,7 @@ def test_a_table_that_only_was_created_gets_its_journal_on_the_next_open(spark, 
     shutil.rmtree(journal)
     sink = open_sink(spark, table)
     sink.write(rows(spark, [1, 2]))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.close()
     assert visible_ids(spark, table) == [1, 2]
     assert states(sink) == {1: {"committed"}}
@@ -723,7 +726,7 @@ def test_the_journal_is_queryable_with_plain_sql(spark, table, running):
 
 def test_the_masked_rows_carry_checkpoint_and_transaction(spark, table, running):
     running.write(rows(spark, [2]))
-    pending = running.checkpoint()  # pre-committed: its row is masked
+    pending = running.prepare_commit()  # pre-committed: its row is masked
     raw = {r.order_id: r for r in spark.read.format("delta").load(str(table)).collect()}
     masked = raw[2]
     assert masked[VISIBLE] is False and masked[CHECKPOINT_ID] == pending == 2
@@ -782,7 +785,7 @@ def test_a_session_that_gives_new_tables_deletion_vectors_still_opens_a_sink(spa
         table = tmp_path / "orders"
         with DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_dv") as sink:
             sink.write(rows(spark, [1, 2]))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
         journal = spark.sql(f"DESCRIBE DETAIL delta.`{tmp_path / '_lakesink_journal'}`").first()
         assert "deletionVectors" not in (journal.tableFeatures or [])
         assert visible_ids(spark, table) == [1, 2]

@@ -56,7 +56,7 @@ def build(spark, path: str, commit: str, view: str) -> None:
     sink = DeltaSink.open(spark, path, schema=SCHEMA, commit=commit, view_name=view)
     for checkpoint, (ids, fate) in BATCHES.items():
         sink.write(spark.createDataFrame([(i, f"x{i}") for i in ids], SCHEMA))
-        assert sink.checkpoint() == checkpoint
+        assert sink.prepare_commit() == checkpoint
         if fate == "committed":
             sink.notify_checkpoint_complete(checkpoint)
         elif fate == "aborted":
@@ -148,7 +148,7 @@ def test_a_format_3_table_published_by_metadata_misleads_polars_until_migrated(s
         f"'{UNMATERIALIZED[0]}' = 'true')"
     )
     sink.write(spark.createDataFrame([(i, f"x{i}") for i in range(20)], SCHEMA))
-    sink.checkpoint()
+    sink.prepare_commit()
     sink.close()
     table = DeltaTable(path)
     table.create_write_transaction(

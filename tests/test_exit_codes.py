@@ -142,9 +142,9 @@ def tables(spark, tmp_path_factory) -> dict[str, str]:
     for name, path in paths.items():
         sink = DeltaSink.open(spark, path, schema=schema, view_name=f"exits_{name}")
         sink.write(spark.createDataFrame([(1,)], schema))
-        sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 1: committed
+        sink.notify_checkpoint_complete(sink.prepare_commit())  # checkpoint 1: committed
         sink.write(spark.createDataFrame([(2,)], schema))
-        sink.checkpoint()  # checkpoint 2: pre-committed, left pending
+        sink.prepare_commit()  # checkpoint 2: pre-committed, left pending
         sink.write(spark.createDataFrame([(3,)], schema))
         sink.close()  # checkpoint 3: aborted
     # A storage accident under a pending checkpoint: its data file is gone.
@@ -267,7 +267,7 @@ def test_read_only_commands_on_s3_exit_0_every_time(spark, s3_server):
     path = s3_uri("exits") + "/orders"
     with DeltaSink.open(spark, path, schema="order_id BIGINT", view_name="exits_s3") as sink:
         sink.write(spark.createDataFrame([(1,)], "order_id BIGINT"))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     for _ in range(8):
         for command in ("status", "metrics"):
             done = lakesink(command, path)

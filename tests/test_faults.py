@@ -27,7 +27,7 @@ print(__name__, sys.argv[1:], "hooked" if current_step_hook() else "alone", flus
 sinks = {name: MemorySink(MemoryStore(), name=name, logged=True) for name in ("a", "b")}
 job = CheckpointCoordinator(MemoryCheckpointStore(), job_id="job", sinks=sinks)
 with job:
-    job.checkpoint(job.position)
+    job.trigger_checkpoint(job.position)
 print("checkpoint 1 recorded", flush=True)
 sys.exit(int(sys.argv[1]))
 """

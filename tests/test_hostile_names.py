@@ -132,7 +132,7 @@ def test_a_sink_of_hostile_names_writes_commits_reads_and_vacuums_exactly(
         table_name=TABLE,
     ) as sink:
         sink.write(spark.createDataFrame(rows[:3], schema))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
         sink.write(spark.createDataFrame(rows[3:], schema))  # still open at close: aborted
 
     view = spark.table(quote_name(VIEW))

@@ -222,7 +222,7 @@ except AlreadyRunningError as exc:
     sys.exit(75)
 if ids:
     sink.write(spark.createDataFrame([(i,) for i in ids], "order_id BIGINT"))
-    sink.checkpoint()  # pre-committed; this writer then hangs on, never committing
+    sink.prepare_commit()  # pre-committed; this writer then hangs on, never committing
     print("pre-committed", flush=True)
     time.sleep(600)
 sink.close()

@@ -90,7 +90,7 @@ def test_a_publish_rewrites_no_row_and_keeps_each_files_statistics(spark, tmp_pa
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(100))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     before = live_files(table)
     version = DeltaTable(str(table)).version()
 
@@ -127,16 +127,16 @@ def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_onc
     sink = open_sink(spark, table)
     for n in range(3):
         write(spark, sink, range(n * 10, n * 10 + 10))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     write(spark, sink, range(30, 40))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
     # Its pending add goes into a log checkpoint, its move into a JSON commit after it: a
     # reader that prunes by partition before reconciling the two would see the old add.
     DeltaTable(str(table)).create_checkpoint()
     sink.notify_checkpoint_complete(checkpoint)
     write(spark, sink, [1000])
-    sink.checkpoint()  # pending: the Arrow reader must not show it
+    sink.prepare_commit()  # pending: the Arrow reader must not show it
 
     assert Counter(arrow(str(table)).column("order_id").to_pylist()) == Counter(range(40))
     reader = DeltaTable(str(table))
@@ -162,10 +162,10 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
         publishes = []
         for n in range(6):  # versions: 0 the table, then an append and a publish each
             write(spark, sink, range(n * 10, n * 10 + 10))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
             publishes.append(DeltaTable(str(table)).version())
         write(spark, sink, [1000])  # a Spark write after the last publish, verified too
-        sink.checkpoint()
+        sink.prepare_commit()
     finally:
         spark.conf.unset(verify)
 
@@ -194,7 +194,7 @@ def test_publishes_of_one_transaction_racing_make_it_visible_once(
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(50), parts=4)
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
     metadata = commit_metadata("commit", sink.sink_id, checkpoint_id=checkpoint, txn_id=txn)
     before = DeltaTable(str(table)).version()
@@ -246,7 +246,7 @@ def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(40), parts=4)
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
     first = DeltaTable(str(table)).version()
     read = publish_module._pending_files
@@ -283,7 +283,7 @@ def test_a_rewrite_from_before_the_publish_cannot_mask_published_rows(spark, tmp
     table = tmp_path / "orders"
     sink = open_sink(spark, table)
     write(spark, sink, range(30), parts=3)
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
     stale = DeltaTable(str(table))  # the rewrite's snapshot, taken before the publish
     old = [f for f in live_files(table).values() if f[f"partition.{PENDING}"] == txn]
@@ -383,7 +383,7 @@ def test_an_operator_publishes_a_pending_checkpoint_by_metadata(spark, tmp_path,
     sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_operator")  # MERGE
     for first in (0, 10):
         write(spark, sink, range(first, first + 10))
-        sink.checkpoint()  # checkpoints 1 and 2 pre-committed, not published
+        sink.prepare_commit()  # checkpoints 1 and 2 pre-committed, not published
     sink.close()  # the writer stops: both stay pending for an operator
     before = live_files(table)
     version = DeltaTable(str(table)).version()

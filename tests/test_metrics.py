@@ -45,9 +45,9 @@ def sink_table(spark, tmp_path_factory) -> str:
     sink = DeltaSink.open(spark, path, schema=SCHEMA, view_name="metrics_orders")
     for ids in ([1, 2], [3]):
         sink.write(spark.createDataFrame([(i,) for i in ids], SCHEMA))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(4,), (5,)], SCHEMA))
-    sink.checkpoint()  # checkpoint 3 waits for its commit
+    sink.prepare_commit()  # checkpoint 3 waits for its commit
     sink.write(spark.createDataFrame([(6,)], SCHEMA))
     sink.close()  # checkpoint 4 is aborted
     return str(Path(path).resolve())

@@ -67,9 +67,9 @@ def test_a_format_1_table_is_refused_then_migrated_in_place_and_its_writer_recov
     table = tmp_path / "orders"
     sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_mig")
     sink.write(spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(3, "c")], SCHEMA))
-    sink.checkpoint()  # pre-committed; the writer stops before its commit
+    sink.prepare_commit()  # pre-committed; the writer stops before its commit
     sink.close()
     as_format_1(spark, table)
     before = rows(spark, table)

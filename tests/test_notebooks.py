@@ -109,9 +109,9 @@ def table(spark, tmp_path_factory) -> tuple[Path, dict[int, str]]:
         txn[sink.current_checkpoint_id] = sink.state.current.handle.txn_id
 
     write([(1, "apple"), (2, "pear")])
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     write([(3, None)])
-    sink.checkpoint()  # held: an item is missing
+    sink.prepare_commit()  # held: an item is missing
     write([(4, "fig")])
     sink.close()  # checkpoint 3 aborted
     assert sorted(r.order_id for r in committed(spark, str(path)).collect()) == [1, 2]

@@ -168,9 +168,9 @@ def private_lake(spark, tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("private") / "lake"
     sink = open_sink(spark, str(folder / "orders"))
     write(spark, sink, [1])
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     write(spark, sink, [2])
-    sink.checkpoint()
+    sink.prepare_commit()
     write(spark, sink, [3])
     sink.close()
     (folder / "landing").mkdir()
@@ -299,7 +299,7 @@ def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lak
     table = f"{lake}/orders"
     sink = open_sink(spark, table)
     write(spark, sink, [1, 2])
-    held = sink.checkpoint()  # pre-committed; this live process holds the writer's lock
+    held = sink.prepare_commit()  # pre-committed; this live process holds the writer's lock
     try:
         refusals = {
             action: lakesink(action, table, "--checkpoint", str(held), "--yes")
@@ -330,7 +330,7 @@ def test_a_commit_or_abort_that_landed_before_succeeds_again_and_says_so(spark, 
     table = str(tmp_path / "orders")
     sink = open_sink(spark, table)
     write(spark, sink, [1, 2])
-    sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 1: committed
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # checkpoint 1: committed
     write(spark, sink, [3])
     sink.close()  # checkpoint 2: aborted
     before = sink_status(table)
@@ -370,7 +370,7 @@ def test_status_and_abort_count_the_rows_the_table_holds(spark, tmp_path):
     table = str(tmp_path / "orders")
     sink = open_sink(spark, table)
     write(spark, sink, [1, 2])
-    sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 1: committed
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # checkpoint 1: committed
     aborted = write(spark, sink, [3, 4])
     sink.close()  # checkpoint 2: aborted, 2 rows masked
     gone = open_sink(spark, table)
@@ -414,9 +414,9 @@ def test_the_committed_checkpoints_and_the_latency_histogram_count_the_same(spar
         return spark.createDataFrame([(i, "c-1", amount, when) for i in ids], ORDERS_SCHEMA)
 
     sink.write(orders([1, 2], 10.0))
-    sink.notify_checkpoint_complete(sink.checkpoint())  # 1: passes, committed
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # 1: passes, committed
     sink.write(orders([3], -5.0))
-    sink.notify_checkpoint_complete(sink.checkpoint())  # 2: fails, held
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # 2: fails, held
     sink.close()
     resolve_checkpoint(spark, table, 2, "commit")  # an operator commits it by hand
 
@@ -435,7 +435,7 @@ def test_the_vacuums_dry_run_and_run_report_the_same_compaction(spark, tmp_path)
     sink = open_sink(spark, table)
     for ids in ([1], [2]):
         write(spark, sink, ids)
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     write(spark, sink, [3])
     sink.close()  # an aborted transaction: the run journals its removal before compacting
     options = dict(retain_hours=0, allow_short_retention=True, compact_min_files=2)
@@ -488,7 +488,7 @@ def test_a_sink_logs_an_abort_only_when_it_aborts_something(spark, tmp_path, cap
     for table in (empty, written):
         sink = open_sink(spark, table)
         write(spark, sink, [1])
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
         if table == written:
             write(spark, sink, [2])
         caplog.clear()

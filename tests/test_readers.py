@@ -44,13 +44,13 @@ def orders(spark, tmp_path_factory) -> tuple[Path, int]:
         writer.write(spark.createDataFrame(rows, SCHEMA))
 
     write(sink, 1)
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     write(sink, 4)
-    pending = sink.checkpoint()
+    pending = sink.prepare_commit()
     before = DeltaTable(str(table)).version()
     sink.notify_checkpoint_complete(pending)
     write(sink, 100)
-    sink.checkpoint()  # pre-committed, never committed here
+    sink.prepare_commit()  # pre-committed, never committed here
     aborter = DeltaSink.open(spark, str(table), view_name="v_readers", writer_id="aborter")
     write(aborter, 200)
     aborter.close()  # aborted
@@ -204,12 +204,12 @@ def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, 
     sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_stream", commit=commit)
     for first in (1, 3):
         sink.write(spark.createDataFrame([(first, "c", 1.0), (first + 1, "c", 1.0)], SCHEMA))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     aborter = DeltaSink.open(spark, str(table), view_name="v_stream", writer_id="aborter")
     aborter.write(spark.createDataFrame([(99, "x", 1.0)], SCHEMA))
     aborter.close()
     sink.write(spark.createDataFrame([(5, "c", 1.0)], SCHEMA))
-    pending = sink.checkpoint()
+    pending = sink.prepare_commit()
     assert consume() == [1, 2, 3, 4]
 
     report = vacuum(spark, str(table), compact_min_files=2)  # DELETE, OPTIMIZE, VACUUM

@@ -40,12 +40,12 @@ def test_a_new_nullable_column_is_added_and_kept_through_commits_and_compaction(
     view = f"evolved_{commit}"
     with DeltaSink.open(spark, path, schema=BEFORE, view_name=view, commit=commit) as sink:
         sink.write(spark.createDataFrame([(1, "ada", 9.5), (2, "bob", 3.0)], BEFORE))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     with DeltaSink.open(
         spark, path, schema=AFTER, view_name=view, commit=commit, merge_schema=True
     ) as sink:
         sink.write(spark.createDataFrame([(3, "cy", 4.0, 0.5)], AFTER))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
 
     expected = Counter([(1, None), (2, None), (3, 0.5)])
     by_view = Counter((r.order_id, r.discount) for r in spark.table(view).collect())
@@ -86,7 +86,7 @@ def test_a_change_that_cannot_be_merged_is_refused_by_name_and_changes_nothing(
     path = str(tmp_path / "orders")
     with DeltaSink.open(spark, path, schema=BEFORE, view_name="refused_evolution") as sink:
         sink.write(spark.createDataFrame([(1, "ada", 9.5)], BEFORE))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     version = DeltaTable(path).version()
     journal = read_transactions(sink.journal_path, "orders", table_path=path)
 

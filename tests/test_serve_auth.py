@@ -90,9 +90,9 @@ def orders(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     table = str(tmp_path_factory.mktemp("lake") / "orders")
     sink = DeltaSink.open(spark, table, schema=SCHEMA)
     sink.write(spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA))  # type: ignore[attr-defined]
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(3, "c")], SCHEMA))  # type: ignore[attr-defined]
-    sink.checkpoint()  # pre-committed, never committed
+    sink.prepare_commit()  # pre-committed, never committed
     yield table
     sink.close()
 

@@ -37,9 +37,9 @@ WRITER = textwrap.dedent(
     schema = "order_id BIGINT, item STRING"
     sink = DeltaSink.open(spark, path, schema=schema, view_name="shop.orders_committed")
     sink.write(spark.createDataFrame([(1, "a"), (2, "b")], schema))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(spark.createDataFrame([(3, "pending")], schema))
-    sink.checkpoint()  # pre-committed, never committed
+    sink.prepare_commit()  # pre-committed, never committed
     Path(ready + ".tmp").write_text("ready")
     Path(ready + ".tmp").rename(ready)
     print("WRITER WAITING", flush=True)

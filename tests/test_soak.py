@@ -114,7 +114,7 @@ class Soak:
                 continue
             first = WRITER_IDS + number * WRITER_ROWS
             sink.write(_orders(session, first))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
             self.writer_ids.update(range(first, first + WRITER_ROWS))
             self.writer_commits += 1
         sink.close()

@@ -54,7 +54,7 @@ def lake(spark, tmp_path_factory) -> Path:
     )
     for checkpoint_id in (1, 2):
         sink.write(orders(spark, WRITTEN[checkpoint_id]))
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(orders(spark, WRITTEN[3]))
     sink.close()  # checkpoint 3 was open: aborted
     Table(path).vacuum(spark, dry_run=False)  # ... and vacuumed
@@ -62,9 +62,9 @@ def lake(spark, tmp_path_factory) -> Path:
         spark, path, schema=ORDERS_SCHEMA, view_name="table_orders", validation=gate
     )
     sink.write(orders(spark, WRITTEN[4], amount=-1.0))
-    assert sink.checkpoint() == 4  # held by the gate
+    assert sink.prepare_commit() == 4  # held by the gate
     sink.write(orders(spark, WRITTEN[5]))
-    assert sink.checkpoint() == 5  # pre-committed, never committed
+    assert sink.prepare_commit() == 5  # pre-committed, never committed
     sink.write(orders(spark, WRITTEN[6]))
     sink.close()  # checkpoint 6 was open: aborted
     return lake

@@ -27,7 +27,7 @@ SCHEMA = "order_id BIGINT, item STRING"
 
 def write_checkpoint(spark, sink: DeltaSink, ids: list[int]) -> int:
     sink.write(spark.createDataFrame([(i, f"item-{i}") for i in ids], SCHEMA))
-    checkpoint = sink.checkpoint()
+    checkpoint = sink.prepare_commit()
     sink.notify_checkpoint_complete(checkpoint)
     return checkpoint
 
@@ -121,7 +121,7 @@ def test_a_table_moved_from_local_disk_to_s3_with_its_journal_goes_on_there(spar
     sink = DeltaSink.open(spark, str(local / "orders"), schema=SCHEMA, view_name="v_loc_h")
     write_checkpoint(spark, sink, [1, 2])
     sink.write(spark.createDataFrame([(3, "item-3")], SCHEMA))
-    sink.checkpoint()  # pre-committed when the copy is made: recovery on S3 commits it
+    sink.prepare_commit()  # pre-committed when the copy is made: recovery on S3 commits it
     sink.close()
     bucket = s3_uri("moved")
     for file in sorted(p for p in local.rglob("*") if p.is_file()):  # a bucket sync

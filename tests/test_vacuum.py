@@ -115,9 +115,9 @@ def test_aborted_rows_and_their_files_go(spark, table):
 def test_committed_pre_committed_and_recent_open_rows_stay(spark, table):
     sink = open_sink(spark, table, writer_id="a")
     write(spark, sink, [1, 2])
-    sink.notify_checkpoint_complete(sink.checkpoint())  # committed
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # committed
     write(spark, sink, [3])
-    sink.checkpoint()  # pre-committed, never notified: recovery would commit it
+    sink.prepare_commit()  # pre-committed, never notified: recovery would commit it
     write(spark, sink, [4])  # open, seconds old
     dead = abort_one(spark, table, [9], writer_id="b")
     before = rows_by_txn(spark, table)
@@ -139,7 +139,7 @@ def test_an_expired_open_transaction_is_marked_aborted_and_removed(spark, table)
     clock = Clock()
     sink = open_sink(spark, table, clock=clock)
     old_pre_committed = write(spark, sink, [1])
-    sink.checkpoint()  # as old as the open one, but never removed
+    sink.prepare_commit()  # as old as the open one, but never removed
     old_open = write(spark, sink, [2])
     sink._release()  # the writer dies (its lock goes), leaving the open transaction behind
 
@@ -172,7 +172,7 @@ def test_an_old_open_transaction_of_a_live_writer_is_not_expired(spark, table):
     # The writer still runs, so it may still pre-commit: expiring it would lose its rows.
     assert report.transactions == () and report.skipped_txn_ids == (slow,)
     assert states(spark, table) == {slow: TxnState.OPEN}
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     assert sorted(r.order_id for r in committed(spark, str(table)).collect()) == [1, 2]
     assert states(spark, table) == {slow: TxnState.COMMITTED}
     sink.close()
@@ -223,7 +223,7 @@ def test_vacuum_while_another_writer_appends_and_commits_loses_nothing(spark, ta
     live = open_sink(spark, table, writer_id="live")
     for ids in (range(5), range(5, 10)):  # two files to compact in the committed partition
         write(spark, live, ids)
-        live.notify_checkpoint_complete(live.checkpoint())
+        live.notify_checkpoint_complete(live.prepare_commit())
     dead = abort_one(spark, table, [-1, -2], writer_id="dead")
     before = {r.order_id for r in committed(spark, str(table)).collect()}
     appended: list[int] = []
@@ -236,7 +236,7 @@ def test_vacuum_while_another_writer_appends_and_commits_loses_nothing(spark, ta
             while not vacuumed.is_set():
                 write(spark, live, range(batch, batch + 5))
                 writing.set()  # its first append landed; the vacuum starts now
-                live.notify_checkpoint_complete(live.checkpoint())
+                live.notify_checkpoint_complete(live.prepare_commit())
                 appended.extend(range(batch, batch + 5))
                 batch += 5
         except BaseException as exc:
@@ -273,9 +273,9 @@ def test_vacuum_compacts_the_committed_rows_and_the_journal_unless_told_not_to(s
     sink = open_sink(spark, table)
     for ids in ([1, 2], [3], [4, 5]):
         write(spark, sink, ids)
-        sink.notify_checkpoint_complete(sink.checkpoint())
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     write(spark, sink, [6])
-    pending = sink.checkpoint()  # its file is left alone
+    pending = sink.prepare_commit()  # its file is left alone
     journal = default_journal_path(str(table))
     before = rows_by_txn(spark, table)
     committed_files = list(table.glob(f"{VISIBLE}=true/*/*.parquet"))

@@ -83,9 +83,9 @@ def expectation_rows(dom: str) -> dict[str, str]:
 
 def write_good_then_bad(spark, sink: DeltaSink) -> None:
     sink.write(orders(spark, [1, 2]))
-    sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 1: passes
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # checkpoint 1: passes
     sink.write(orders(spark, [3, 4], amount=-5.0))  # below the suite's minimum
-    sink.notify_checkpoint_complete(sink.checkpoint())  # checkpoint 2: fails
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # checkpoint 2: fails
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_quarantine_policy_holds_a_bad_batch_until_an_operator_commits_it(spark,
     sink = DeltaSink.open(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine"))
     write_good_then_bad(spark, sink)
     sink.write(orders(spark, [5]))
-    sink.notify_checkpoint_complete(sink.checkpoint())  # the job goes on past the held one
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # the job goes on past the held one
     sink.close()
 
     assert visible_ids(spark, table) == [1, 2, 5]
@@ -161,7 +161,7 @@ def test_a_validation_that_cannot_run_holds_the_checkpoint_whatever_the_policy(s
     sink = DeltaSink.open(spark, str(table), schema=ORDERS_SCHEMA, validation=broken)
     sink.write(orders(spark, [1]))
 
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
 
     assert visible_ids(spark, table) == []
     assert states(sink) == {1: TxnState.HELD}
@@ -202,7 +202,7 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
         coordinator = CheckpointCoordinator(store, job_id="j", sinks={"orders": sink})
     sink.write(orders(spark, [1], amount=-1.0))
     with pytest.raises(Crash):
-        coordinator.checkpoint(coordinator.position)
+        coordinator.trigger_checkpoint(coordinator.position)
     assert states(sink) == {1: TxnState.HELD}
     store.job_lock("j").release()  # the process "dies"; a real restart finds its lock stale
     sink._release()
@@ -255,7 +255,7 @@ def test_a_failed_validation_withholds_the_checkpoint_in_every_sink_of_the_job(
         orders_sink.write(orders(spark, [1], amount=-1.0))
         totals_sink.write(spark.createDataFrame([("c-1", 1)], "customer STRING, n BIGINT"))
 
-        record = job.checkpoint(job.position)
+        record = job.trigger_checkpoint(job.position)
 
         # Totals must not be published without the orders they sum.
         assert states(orders_sink) == {1: TxnState.ABORTED}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ class CheckpointCoordinator(Generic[DataT]):
         """The id the next checkpoint will have."""
         return self._next_id
 
-    def checkpoint(
+    def trigger_checkpoint(
         self,
         position: str | None,
         *,
@@ -270,6 +271,24 @@ class CheckpointCoordinator(Generic[DataT]):
         commit_all(self.sinks, checkpoint_id, group_id=self.group_id)
         return record
 
+    def checkpoint(
+        self,
+        position: str | None,
+        *,
+        items: tuple[str, ...] = (),
+        rows: int | None = None,
+        quarantined: tuple[Quarantined, ...] = (),
+    ) -> CheckpointRecord:
+        """Deprecated, goes in the next release: :meth:`trigger_checkpoint` (Flink's name
+        for a round; a checkpoint is the record it returns)."""
+        warnings.warn(
+            "CheckpointCoordinator.checkpoint() is deprecated and goes in the next release: "
+            "use CheckpointCoordinator.trigger_checkpoint()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.trigger_checkpoint(position, items=items, rows=rows, quarantined=quarantined)
+
     def run(
         self,
         source: Source[DataT],
@@ -303,7 +322,7 @@ class CheckpointCoordinator(Generic[DataT]):
             assert batch is not None
             data, quarantined = source.read(batch)
             rows = process(data)
-            record = self.checkpoint(
+            record = self.trigger_checkpoint(
                 batch.position, items=batch.items, rows=rows, quarantined=quarantined
             )
             taken, last_at = taken + 1, self._clock.millis()

@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -294,11 +295,22 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def validation(self) -> ValidationGate | None:
         return self.options.validation
 
-    def checkpoint(self) -> int:
+    def prepare_commit(self) -> int:
         """Pre-commit the open transaction; return its checkpoint id for the commit."""
         checkpoint_id = self.current_checkpoint_id
         self.snapshot_state(checkpoint_id)
         return checkpoint_id
+
+    def checkpoint(self) -> int:
+        """Deprecated, goes in the next release: :meth:`prepare_commit` (a checkpoint is
+        what ``Table.checkpoint(id)`` returns; this pre-commits)."""
+        warnings.warn(
+            "DeltaSink.checkpoint() is deprecated and goes in the next release: use "
+            "DeltaSink.prepare_commit()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.prepare_commit()
 
     @property
     def table(self) -> SinkTable:

@@ -85,7 +85,7 @@ def test_one_checkpoint_id_in_every_sink_the_record_and_the_logs():
     with job.start() as coordinator:
         for batch in (["a", "b"], ["c"]):
             write_all(coordinator, batch)
-            coordinator.checkpoint(None, items=tuple(batch))
+            coordinator.trigger_checkpoint(None, items=tuple(batch))
 
     assert [r.checkpoint_id for r in job.store.records] == [1, 2]
     for key in SINKS:
@@ -125,7 +125,7 @@ def test_a_crash_between_the_record_and_the_commits_is_committed_on_restart():
     coordinator = job.start(hook=crash_at("after_record", 1))
     write_all(coordinator, ["a"])
     with pytest.raises(Crash):
-        coordinator.checkpoint('"after a"', items=("a",))
+        coordinator.trigger_checkpoint('"after a"', items=("a",))
     job.die(coordinator)
     assert job.visible() == Counter()
 
@@ -144,7 +144,7 @@ def test_a_crash_after_one_sinks_commit_finishes_the_other_on_restart():
     write_all(coordinator, ["a"])
     coordinator.sinks["totals"].fail_commits = True
     with pytest.raises(CommitError, match="1 commit"):
-        coordinator.checkpoint(None)
+        coordinator.trigger_checkpoint(None)
     assert job.visible("orders") == Counter("a") and job.visible("totals") == Counter()
     job.die(coordinator)
 
@@ -158,7 +158,7 @@ def test_a_validation_failure_in_one_sink_withholds_the_checkpoint_in_all():
     with job.start(verdicts={"orders": {1: TxnState.HELD}, "totals": {2: TxnState.ABORTED}}) as c:
         for item in ("held", "aborted", "fine"):
             write_all(c, [item])
-            c.checkpoint(None)
+            c.trigger_checkpoint(None)
         assert c.sinks["totals"].held_checkpoint_ids == [1]  # held with the orders
 
     for key in SINKS:
@@ -173,7 +173,7 @@ def test_held_checkpoints_survive_a_restart_and_an_operator_commits_them():
     job = Job()
     with job.start(verdicts={"orders": {1: TxnState.HELD}}) as c:
         write_all(c, ["held"])
-        c.checkpoint(None)
+        c.trigger_checkpoint(None)
     with job.start() as restarted:
         assert restarted.sinks["orders"].held_checkpoint_ids == [1]
 
@@ -228,7 +228,7 @@ def test_a_second_live_run_of_the_job_is_refused_and_changes_nothing():
         with pytest.raises(AlreadyRunningError, match="job 'job' is already running"):
             job.start()
         write_all(first, ["a"])
-        first.checkpoint(None)
+        first.trigger_checkpoint(None)
     assert [r.checkpoint_id for r in job.store.records] == [1]
 
 
@@ -238,7 +238,7 @@ def test_a_sink_new_to_the_job_starts_at_the_jobs_next_checkpoint():
     only_orders = {"orders": MemorySink(job.tables["orders"], logged=True)}
     with CheckpointCoordinator(job.store, job_id="job", sinks=only_orders) as c:
         for _ in range(3):
-            c.checkpoint(None)
+            c.trigger_checkpoint(None)
     sinks = {
         "orders": MemorySink(job.tables["orders"], logged=True),
         "audit": MemorySink(store, logged=True),
@@ -246,7 +246,7 @@ def test_a_sink_new_to_the_job_starts_at_the_jobs_next_checkpoint():
     with CheckpointCoordinator(job.store, job_id="job", sinks=sinks) as c:
         assert sinks["audit"].current_checkpoint_id == 4 == c.next_checkpoint_id
         sinks["audit"].write("x")
-        c.checkpoint(None)
+        c.trigger_checkpoint(None)
     assert store.visible() == ["x"]
 
 
@@ -256,9 +256,9 @@ def test_a_failed_pre_commit_records_nothing_and_stops_the_job():
         write_all(c, ["a"])
         c.sinks["totals"].fail_writes = True
         with pytest.raises(OSError):
-            c.checkpoint(None)
+            c.trigger_checkpoint(None)
         with pytest.raises(ProtocolError, match="pre-commit of checkpoint 1 failed"):
-            c.checkpoint(None)
+            c.trigger_checkpoint(None)
     assert job.store.records == []
     with job.start() as restarted:
         assert restarted.next_checkpoint_id == 2  # 1 was pre-committed in orders: not reused
@@ -281,9 +281,9 @@ def test_a_run_that_lost_its_lease_records_nothing_and_the_new_holder_replays_it
     write_all(coordinator, ["a"])
     coordinator._lock.lost = True  # another host took the job's lease over
     with pytest.raises(LeaseLostError, match="job 'job' lost its lease"):
-        coordinator.checkpoint('"after a"', items=("a",))
+        coordinator.trigger_checkpoint('"after a"', items=("a",))
     with pytest.raises(ProtocolError, match="lost its lease before recording checkpoint 1"):
-        coordinator.checkpoint('"after a"', items=("a",))
+        coordinator.trigger_checkpoint('"after a"', items=("a",))
     assert job.store.records == []
     assert job.visible() == Counter()
     job.die(coordinator)
@@ -292,8 +292,18 @@ def test_a_run_that_lost_its_lease_records_nothing_and_the_new_holder_replays_it
     with job.start() as restarted:
         assert restarted.position is None  # nothing recorded: the source replays "a"
         write_all(restarted, ["a"])
-        restarted.checkpoint('"after a"', items=("a",))
+        restarted.trigger_checkpoint('"after a"', items=("a",))
     for key in SINKS:
         assert job.visible(key) == Counter("a")
         assert job.logged_ids(key, TxnState.ABORTED) == [1]
         assert job.logged_ids(key, TxnState.COMMITTED) == [2]
+
+
+def test_the_old_name_of_trigger_checkpoint_warns_and_still_takes_the_checkpoint():
+    job = Job()
+    with job.start() as coordinator:
+        write_all(coordinator, ["a"])
+        with pytest.warns(DeprecationWarning, match="use CheckpointCoordinator.trigger_checkpoint"):
+            record = coordinator.checkpoint('"after a"', items=("a",))
+    assert record.checkpoint_id == 1 and record.items == ("a",)
+    assert job.visible("orders") == job.visible("totals") == Counter("a")

@@ -51,7 +51,7 @@ class Group:
 def checkpoint(job: CheckpointCoordinator, item: str) -> None:
     for sink in job.sinks.values():
         sink.write(item)
-    job.checkpoint(None)
+    job.trigger_checkpoint(None)
 
 
 def test_each_checkpoint_of_a_group_records_its_cut_once_every_sink_published():
@@ -110,7 +110,7 @@ def test_a_sink_alone_records_no_cut():
         MemoryCheckpointStore(), job_id="job", sinks={"orders": MemorySink(store, name="o")}
     ) as job:
         job.sinks["orders"].write("a")
-        job.checkpoint(None)
+        job.trigger_checkpoint(None)
     assert store.cuts == []
 
 

@@ -18,10 +18,10 @@ def test_a_hook_reaches_the_objects_made_inside_its_block_only():
     outside = coordinator()
 
     with inside:
-        inside.checkpoint(inside.position)
+        inside.trigger_checkpoint(inside.position)
     assert seen == [("after_pre_commit", 1), ("after_record", 1)]
     with outside:
-        outside.checkpoint(outside.position)
+        outside.trigger_checkpoint(outside.position)
     assert len(seen) == 2  # made outside the block: no hook
 
 
@@ -38,7 +38,7 @@ def test_no_hook_comes_from_the_environment(monkeypatch):
 
     made = coordinator()
     with made:
-        made.checkpoint(made.position)
+        made.trigger_checkpoint(made.position)
 
     assert current_step_hook() is None
     assert RECORDED == []  # a job takes a hook from whoever runs it, never from a variable

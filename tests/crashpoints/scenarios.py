@@ -182,7 +182,7 @@ def _write_batches(spark, table: str, mode: str, batches: list[range], **options
         done = len(_committed_checkpoints(table))
         for batch in batches[done:]:
             sink.write(_rows(spark, batch))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
 
 
 def first_open(lake: str, mode: str) -> None:
@@ -307,7 +307,7 @@ def vacuum_setup(lake: str, mode: str) -> None:
     with _sink(spark, table, mode) as sink:
         for batch, commit in ((range(1, 4), True), (range(4, 7), False), (range(7, 10), True)):
             sink.write(_rows(spark, batch))
-            checkpoint = sink.checkpoint()
+            checkpoint = sink.prepare_commit()
             if commit:
                 sink.notify_checkpoint_complete(checkpoint)
             else:
@@ -362,9 +362,9 @@ def lease_setup(lake: str, mode: str) -> None:
     table = _join(lake, "orders")
     sink = _sink(spark, table, mode)
     sink.write(_rows(spark, range(1, 4)))
-    sink.notify_checkpoint_complete(sink.checkpoint())
+    sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.write(_rows(spark, range(4, 7)))
-    sink.checkpoint()
+    sink.prepare_commit()
     os._exit(0)  # no release, no close: as a process that died
 
 
@@ -388,7 +388,7 @@ def merge_schema(lake: str, mode: str) -> None:
         if len(_committed_checkpoints(table)) < 2:
             rows = [(i, f"x{i}", "added") for i in range(4, 7)]
             sink.write(spark.createDataFrame(rows, wider))
-            sink.notify_checkpoint_complete(sink.checkpoint())
+            sink.notify_checkpoint_complete(sink.prepare_commit())
 
 
 PROGRAMS: dict[tuple[str, str], Callable[[str, str], None]] = {
