@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lakesink import __version__
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_CODES, run_command
+from lakesink.cli.output import JsonOutput, Output, TextOutput
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.delta.modes import COMMIT_MODES
 from lakesink.errors import ConfigurationError, TableNotFoundError
@@ -22,39 +22,47 @@ from lakesink.storage.files import has_files, require_delta_table
 from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
     from pyspark.sql import SparkSession
 
+    from lakesink.core import CheckpointRecord
     from lakesink.core.validation import ValidationReport
     from lakesink.tables.journal import TransactionStatus
 
 __all__ = ["main"]
 
 
-def _jars(args: argparse.Namespace) -> int:
+def _jars(args: argparse.Namespace, out: Output) -> int:
     from lakesink.spark.session import KAFKA_CONNECTOR, delta_maven_coordinate
     from lakesink.storage.options import StorageOptions
 
     if args.log_store:
-        print(",".join(StorageOptions.spark_jars()))
-        return 0
-    packages = [delta_maven_coordinate(), *([KAFKA_CONNECTOR] if args.kafka else [])]
-    print(",".join([*packages, *(StorageOptions.spark_packages() if args.s3 else [])]))
+        found = StorageOptions.spark_jars()
+    else:
+        found = [
+            delta_maven_coordinate(),
+            *([KAFKA_CONNECTOR] if args.kafka else []),
+            *(StorageOptions.spark_packages() if args.s3 else []),
+        ]
+    out.show(found, lambda: ",".join(found))
     return 0
 
 
-def _metastore(args: argparse.Namespace) -> int:
+def _metastore(args: argparse.Namespace, out: Output) -> int:
     from lakesink.spark import metastore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     # Loopback only (the module's default host): the server has no authentication.
     if args.action == "start":
-        print(metastore.start_server(args.dir, port=args.port))
+        started = metastore.start_server(args.dir, port=args.port)
+        out.show(started, lambda: started)
         return 0
     if args.action == "stop":
         metastore.stop_server(data_dir=args.dir, port=args.port)
         return 0
     if metastore.server_running(port=args.port):
-        print(metastore.jdbc_url(port=args.port))
+        url = metastore.jdbc_url(port=args.port)
+        out.show(url, lambda: url)
         return 0
     print(f"no metastore server answers on 127.0.0.1:{args.port}", file=sys.stderr)
     return EXIT_CHECK_FAILED
@@ -77,7 +85,7 @@ def _session(args: argparse.Namespace) -> SparkSession:
     return spark
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.status import job_status, sink_status
 
     now = datetime.now(timezone.utc)
@@ -94,72 +102,89 @@ def _status(args: argparse.Namespace) -> int:
                 for t in status.held
             ]
             _write_reports(held, status.table_path, args.report)
-    if args.json:
-        print(json.dumps({"sinks": reports, "job": job}, indent=2, default=str))
-        return 0
+    out.show({"sinks": reports, "job": job}, lambda: _status_text(reports, job))
+    return 0
+
+
+def _status_text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
+    lines = []
     for report in reports:
-        print(f"sink {report['sink_id']}  ({report['table']})")
-        print(
+        lines.append(f"sink {report['sink_id']}  ({report['table']})")
+        lines.append(
             f"  last committed checkpoint: {report['last_committed_checkpoint']}"
             f"   committed rows: {report['committed_rows']}"
         )
         for kind in ("pending", "held", "aborted"):
             rows = report[kind]
-            print(f"  {kind}: {len(rows)}")
+            lines.append(f"  {kind}: {len(rows)}")
             for txn in rows:
                 error = f"  error: {txn['last_error']}" if txn["last_error"] else ""
                 state = "vacuumed" if txn["vacuumed"] else txn["state"]
-                print(
+                lines.append(
                     f"    checkpoint {txn['checkpoint_id']:>5}  {state:<13} "
                     f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
                     f"rows {txn['rows'] if txn['rows'] is not None else '?'}{error}"
                 )
                 if txn["validation"] and kind != "aborted":
-                    print(f"      {txn['validation']}")
+                    lines.append(f"      {txn['validation']}")
     if job is not None:
-        print(f"job {job['job_id']}  ({job['state']})")
-        print(f"  last completed checkpoint: {job['last_completed_checkpoint']}")
-        print(f"  quarantined input: {len(job['quarantined'])}")
+        lines.append(f"job {job['job_id']}  ({job['state']})")
+        lines.append(f"  last completed checkpoint: {job['last_completed_checkpoint']}")
+        lines.append(f"  quarantined input: {len(job['quarantined'])}")
         for q in job["quarantined"]:
-            print(f"    checkpoint {q['checkpoint_id']:>5}  {q['item']}: {q['reason']}")
-    return 0
+            lines.append(f"    checkpoint {q['checkpoint_id']:>5}  {q['item']}: {q['reason']}")
+    return "\n".join(lines)
 
 
-def _checkpoints(args: argparse.Namespace) -> int:
+def _checkpoints(args: argparse.Namespace, out: Output) -> int:
     from lakesink.tables.checkpoints import checkpoints_path, read_history
 
     (state,) = _reachable(args.state)
     records = read_history(checkpoints_path(state), args.job_id)
-    if args.json:
-        print(json.dumps([r.as_dict() for r in records], indent=2, default=str))
-        return 0
-    print(f"{'checkpoint':>10}  {'completed at (UTC)':<26} {'items':>5} {'rows':>8}  quarantined")
-    for r in records:
-        quarantined = ", ".join(f"{q.item} ({q.reason})" for q in r.quarantined)
-        rows = "?" if r.rows is None else r.rows
-        print(
-            f"{r.checkpoint_id:>10}  {r.completed_at:%Y-%m-%d %H:%M:%S.%f}  "
-            f"{len(r.items):>5} {rows:>8}  {quarantined}"
-        )
+    out.show([r.as_dict() for r in records], lambda: _checkpoints_text(records))
     return 0
 
 
-def _metrics(args: argparse.Namespace) -> int:
+def _checkpoints_text(records: Sequence[CheckpointRecord]) -> str:
+    lines = [
+        f"{'checkpoint':>10}  {'completed at (UTC)':<26} {'items':>5} {'rows':>8}  quarantined"
+    ]
+    for r in records:
+        quarantined = ", ".join(f"{q.item} ({q.reason})" for q in r.quarantined)
+        rows = "?" if r.rows is None else r.rows
+        lines.append(
+            f"{r.checkpoint_id:>10}  {r.completed_at:%Y-%m-%d %H:%M:%S.%f}  "
+            f"{len(r.items):>5} {rows:>8}  {quarantined}"
+        )
+    return "\n".join(lines)
+
+
+def _metrics(args: argparse.Namespace, out: Output) -> int:
     from prometheus_client import generate_latest
+    from prometheus_client.registry import Collector
 
     from lakesink.ops.metrics import MetricsExport, sink_registry
 
     export = MetricsExport(textfile=args.textfile, push_gateway=args.push_gateway, job=args.job)
     registry = sink_registry(_reachable(*args.table))
-    if args.json:
+    if args.json or not export.enabled:  # exported as text, they go to the file or gateway
+        # Folded once from the journals, for either form.
+        families = list(registry.collect())
+
+        class Folded(Collector):
+            def collect(self) -> Iterable[Metric]:
+                return families
+
         samples = [
             {"name": s.name, "labels": s.labels, "value": s.value}
-            for family in registry.collect()
+            for family in families
             for s in family.samples
         ]
-        print(json.dumps({"metrics": samples}, indent=2))
-    elif not export.enabled:
-        sys.stdout.write(generate_latest(registry).decode())
+        # The exposition format ends its last line; print ends it once.
+        out.show(
+            {"metrics": samples},
+            lambda: generate_latest(Folded()).decode().removesuffix("\n"),
+        )
     if not export.enabled:
         return 0
     export.send(registry)
@@ -176,7 +201,7 @@ def _metrics(args: argparse.Namespace) -> int:
 DONE = {"commit": "committed", "abort": "aborted"}
 
 
-def _resolve(args: argparse.Namespace) -> int:
+def _resolve(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.resolve import plan_resolution, resolve_checkpoint
 
     (table,) = _reachable(args.table, write=True)
@@ -186,14 +211,13 @@ def _resolve(args: argparse.Namespace) -> int:
     done_word = DONE[args.command]
     rows = "?" if plan.rows is None else plan.rows
     if plan.done:
-        if args.json:
-            found = _checkpoint_json(args.checkpoint, plan.transactions)
-            print(json.dumps({f"already_{done_word}": found}, indent=2))
-        else:
-            print(
+        out.show(
+            {f"already_{done_word}": _checkpoint_json(args.checkpoint, plan.transactions)},
+            lambda: (
                 f"checkpoint {args.checkpoint} of {table} is already {done_word} "
                 f"({len(plan.transactions)} transaction(s), {rows} rows): nothing to do"
-            )
+            ),
+        )
         return 0
     states = ", ".join(sorted({t.state.value for t in plan.transactions}))
     question = (
@@ -217,10 +241,12 @@ def _resolve(args: argparse.Namespace) -> int:
         mode=getattr(args, "mode", "merge"),  # abort has no mode
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    if args.json:
-        print(json.dumps({done_word: _checkpoint_json(args.checkpoint, done)}, indent=2))
-    else:
-        print(f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s), {rows} rows")
+    out.show(
+        {done_word: _checkpoint_json(args.checkpoint, done)},
+        lambda: (
+            f"{done_word} checkpoint {args.checkpoint}: {len(done)} transaction(s), {rows} rows"
+        ),
+    )
     return 0
 
 
@@ -241,7 +267,7 @@ def _checkpoint_json(
     }
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.resolve import pending_transactions, revalidate_checkpoint
     from lakesink.spark.validation import ValidationGate
 
@@ -251,12 +277,14 @@ def _validate(args: argparse.Namespace) -> int:
     results = revalidate_checkpoint(_session(args), table, args.checkpoint, gate)
     if args.report:
         _write_reports(results, table, args.report)
-    if args.json:
-        print(json.dumps([json.loads(report.to_json()) for _, report in results], indent=2))
-    else:
-        for txn, report in results:
-            print(f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}")
-            print(f"  {report.summary()}")
+    out.show(
+        [json.loads(report.to_json()) for _, report in results],
+        lambda: "\n".join(
+            f"checkpoint {txn.checkpoint_id}  {txn.state.value}  writer {txn.writer_id}\n"
+            f"  {report.summary()}"
+            for txn, report in results
+        ),
+    )
     return 0 if all(report.success for _, report in results) else EXIT_CHECK_FAILED
 
 
@@ -285,7 +313,7 @@ def _write_reports(
             print(f"report of checkpoint {txn.checkpoint_id}: {page}", file=sys.stderr)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, out: Output) -> int:
     from lakesink.cli.signals import stop_requested
     from lakesink.ops.serve import ServeOptions, serve
     from lakesink.ops.serve_access import ServeAuth, ServeTls, check_access
@@ -312,27 +340,30 @@ def _serve(args: argparse.Namespace) -> int:
         master=args.master,
         jvm_output=jvm_output(args),
     )
-    serve(options, stop=stop, ready=lambda url: print(f"serving SQL at {url}", flush=True))
+    serve(options, stop=stop, ready=lambda url: out.show(url, lambda: f"serving SQL at {url}"))
     print("stopped", file=sys.stderr)
     return 0
 
 
-def _serve_users(args: argparse.Namespace) -> int:
+def _serve_users(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.serve_users import add_user, default_users_file, read_users, remove_user
 
     path = args.users or default_users_file()
     if args.action != "list" and not args.name:
         raise ConfigurationError(f"give the user's name: lakesink serve-users {args.action} NAME")
     if args.action == "list":
-        for name in read_users(path):
-            print(name)
+        names = read_users(path)
+        out.show(names, lambda: "\n".join(names))
         return 0
     if args.action == "remove":
         remove_user(path, args.name)
-        print(f"removed {args.name} from {path}")
+        out.show({"removed": args.name}, lambda: f"removed {args.name} from {path}")
         return 0
     new = add_user(path, args.name, _new_password(args.name))
-    print(f"{'added' if new else 'changed the password of'} {args.name} in {path}")
+    out.show(
+        {"added" if new else "changed": args.name},
+        lambda: f"{'added' if new else 'changed the password of'} {args.name} in {path}",
+    )
     return 0
 
 
@@ -349,41 +380,41 @@ def _new_password(name: str) -> str:
     return first
 
 
-def _checkpoint_view(args: argparse.Namespace) -> int:
+def _checkpoint_view(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.resolve import create_checkpoint_view, pending_transactions
 
     (table,) = _reachable(args.table)
     pending_transactions(table, args.checkpoint)  # before Spark: a wrong one fails fast
     name, transactions = create_checkpoint_view(_session(args), table, args.checkpoint, args.name)
-    if args.json:
-        print(json.dumps({"view": name, **_checkpoint_json(args.checkpoint, transactions)}))
-        return 0
     states = ", ".join(sorted({t.state.value for t in transactions}))
-    print(
-        f"view {name}: the rows of checkpoint {args.checkpoint} ({len(transactions)} "
-        f"transaction(s), {states}); query it with SQL before you commit or abort it"
+    out.show(
+        {"view": name, **_checkpoint_json(args.checkpoint, transactions)},
+        lambda: (
+            f"view {name}: the rows of checkpoint {args.checkpoint} ({len(transactions)} "
+            f"transaction(s), {states}); query it with SQL before you commit or abort it"
+        ),
     )
     return 0
 
 
-def _migrate(args: argparse.Namespace) -> int:
+def _migrate(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.migrate import migrate_checkpoints
 
     (state,) = _reachable(args.state, write=True)
     if not has_files(state):  # before Spark: a wrong path fails fast
         raise TableNotFoundError(f"nothing at {args.state}: pass a job's --state folder")
     plan = migrate_checkpoints(_session(args), args.state, dry_run=args.dry_run)
-    print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
+    out.show(plan, plan.summary)
     return 0
 
 
-def _migrate_table(args: argparse.Namespace) -> int:
+def _migrate_table(args: argparse.Namespace, out: Output) -> int:
     from lakesink.ops.migrate import migrate_table
 
     (table,) = _reachable(args.table, write=True)
     require_delta_table(table)  # before Spark: a wrong path fails fast
     plan = migrate_table(_session(args), table, dry_run=args.dry_run)
-    print(json.dumps(dataclasses.asdict(plan)) if args.json else plan.summary())
+    out.show(plan, plan.summary)
     return 0
 
 
@@ -677,7 +708,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    return run_command(f"lakesink {args.command}", lambda: args.func(args), verbose=args.verbose)
+    out = (
+        JsonOutput() if getattr(args, "json", False) else TextOutput()
+    )  # not every command has --json
+    return run_command(
+        f"lakesink {args.command}", lambda: args.func(args, out), verbose=args.verbose
+    )
 
 
 if __name__ == "__main__":

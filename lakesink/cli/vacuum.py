@@ -9,7 +9,6 @@ spark-submit --packages "$(lakesink jars)" jobs/vacuum.py /data/orders
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from lakesink.cli.exits import EXIT_CODES, run_command
+from lakesink.cli.output import JsonOutput, Output, TextOutput
 from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.storage.access import check_reachable
 from lakesink.storage.files import require_delta_table
@@ -97,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,  # stdout carries the report (and only the report with --json)
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
-    return run_command("lakesink vacuum", lambda: _vacuum(args), verbose=args.verbose)
+    out = JsonOutput() if args.json else TextOutput()
+    return run_command("lakesink vacuum", lambda: _vacuum(args, out), verbose=args.verbose)
 
 
-def _vacuum(args: argparse.Namespace) -> int:
+def _vacuum(args: argparse.Namespace, out: Output) -> int:
     # Imported here, after argparse refused bad options without loading pyspark; the
     # expiry is the library's own check, made before Spark starts.
     from lakesink.ops.metrics import MetricsExport
@@ -117,10 +118,7 @@ def _vacuum(args: argparse.Namespace) -> int:
     )
     with _stdout_to_stderr():
         report = _run(args, metrics)
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        print(_summary(report))
+    out.show(report.as_dict(), lambda: _summary(report))
     return 0
 
 
