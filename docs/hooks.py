@@ -227,7 +227,7 @@ def subcommand_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Ar
     ``vacuum`` is listed by ``build_parser()`` but parsed by the job itself: its parser is
     the job's.
     """
-    from lakesink.cli.commands import JOBS, build_parser
+    from lakesink.cli import JOBS, build_parser
 
     parser = build_parser()
     found: dict[str, argparse.ArgumentParser] = {}
@@ -243,7 +243,7 @@ def subcommand_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Ar
 
 def _summaries() -> dict[str, str]:
     """The one-line ``help`` of each subcommand, as ``lakesink --help`` lists them."""
-    from lakesink.cli.commands import build_parser
+    from lakesink.cli import build_parser
 
     for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
