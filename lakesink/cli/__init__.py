@@ -1,15 +1,9 @@
 """The ``lakesink`` command: its parser, built from the subcommands' modules
-(``lakesink.cli.commands``), and the run of the subcommand it parsed.
-
-``vacuum`` is its vacuum job, which parses its own options.
-"""
+(``lakesink.cli.commands``), and the run of the subcommand it parsed."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from importlib import import_module
-from typing import cast
 
 from lakesink import __version__
 from lakesink.cli.commands import (
@@ -24,6 +18,7 @@ from lakesink.cli.commands import (
     serve,
     serve_users,
     status,
+    vacuum,
     validate,
 )
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CODES, exit_process, run_command
@@ -44,6 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     serve,
     serve_users,
     migrate,
+    vacuum,
 )
 
 
@@ -58,21 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(commands)
-    for job, summary in (
-        ("vacuum", "remove aborted and expired pending rows, then their files (--dry-run)"),
-    ):
-        commands.add_parser(job, help=summary)  # listed in --help; main() hands over
     return parser
 
 
-JOBS = {"vacuum": "lakesink.cli.vacuum"}
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run the subcommand ``argv`` names; its exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in JOBS:  # the job parses its own options, --help included
-        return cast(int, import_module(JOBS[argv[0]]).main(argv[1:]))
+    """Parse ``argv`` (default: the process's arguments), run the subcommand it names and
+    return its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
