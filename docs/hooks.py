@@ -5,8 +5,8 @@ written after it, up to a closing comment (``<!-- /lakesink:cli-reference -->``)
 the committed Markdown, so the page reads whole in the repository too:
 
 - ``<!-- lakesink:cli-reference -->``: every ``lakesink`` subcommand, from the argparse
-  parsers themselves (``lakesink.cli.commands.build_parser()`` and the vacuum job's parser
-  in ``lakesink.cli.vacuum``): usage, description, every option with its default.
+  parsers themselves (``lakesink.cli.build_parser()``): usage, description, every option
+  with its default.
 - ``<!-- lakesink:exit-statuses -->``: the exit-status table, from ``lakesink.cli.exits``.
 - ``<!-- lakesink:layers -->``: the layers import-linter holds the packages to (from
   ``pyproject.toml``), each package with the first paragraph of its docstring.
@@ -42,7 +42,6 @@ __all__ = [
     "on_files",
     "on_page_markdown",
     "subcommand_parsers",
-    "vacuum_parser",
 ]
 
 DOCS = Path(__file__).resolve().parent
@@ -87,9 +86,11 @@ def fill(markdown: str) -> str:
         if what == "scenarios":
             part = failure_scenarios(name or "")
         else:
-            part = {"cli-reference": cli_reference, "exit-statuses": exit_statuses, "layers": layers}[
-                what
-            ]()
+            part = {
+                "cli-reference": cli_reference,
+                "exit-statuses": exit_statuses,
+                "layers": layers,
+            }[what]()
         return f"{opening}\n{part.strip()}\n<!-- /lakesink:{what} -->\n"
 
     return GENERATED.sub(generated, markdown)
@@ -191,59 +192,21 @@ def failure_scenarios(dotted: str) -> str:
 # ---------------------------------------------------------------------------- the parsers
 
 
-class _Built(Exception):
-    """Carries a parser out of a ``main()`` that builds it and then parses."""
-
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__(parser.prog)
-        self.parser = parser
-
-
-def vacuum_parser() -> argparse.ArgumentParser:
-    """The parser ``lakesink vacuum`` (``lakesink.cli.vacuum.main``) builds, unused.
-
-    The job builds its parser inside ``main``; it is taken from there at its first
-    ``parse_args``, so nothing runs.
-    """
-    from lakesink.cli import vacuum
-
-    def caught(self: argparse.ArgumentParser, *_: object, **__: object) -> None:
-        raise _Built(self)
-
-    original = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = caught  # type: ignore[method-assign]
-    try:
-        vacuum.main([])
-    except _Built as built:
-        return built.parser
-    finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
-    raise RuntimeError("lakesink.cli.vacuum.main() parsed nothing: where is its parser?")
-
-
 def subcommand_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The ``lakesink`` parser and each subcommand's parser, by name, in ``--help`` order.
-
-    ``vacuum`` is listed by ``build_parser()`` but parsed by the job itself: its parser is
-    the job's.
-    """
-    from lakesink.cli.commands import JOBS, build_parser
+    """The ``lakesink`` parser and each subcommand's parser, by name, in ``--help`` order."""
+    from lakesink.cli import build_parser
 
     parser = build_parser()
     found: dict[str, argparse.ArgumentParser] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             found.update(action.choices)
-    for name in JOBS:
-        if name != "vacuum":
-            raise RuntimeError(f"lakesink {name} is a job the CLI reference does not know")
-        found[name] = vacuum_parser()
     return parser, found
 
 
 def _summaries() -> dict[str, str]:
     """The one-line ``help`` of each subcommand, as ``lakesink --help`` lists them."""
-    from lakesink.cli.commands import build_parser
+    from lakesink.cli import build_parser
 
     for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -327,8 +290,6 @@ def _command_section(name: str, parser: argparse.ArgumentParser, summary: str) -
     parts += ["```text", _usage(parser), "```", ""]
     description = parser.description or ""
     if description:
-        # the vacuum job's description is its module docstring's first line; the rest
-        # of its docstring (examples) is the epilog, shown below
         parts += [_escape(description), ""]
     parts += [_options_table(parser), ""]
     epilog = (parser.epilog or "").strip()

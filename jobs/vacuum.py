@@ -1,7 +1,9 @@
 """Runnable vacuum job (see ``lakesink vacuum --help``): python or spark-submit."""
 
+import sys
+
+from lakesink.cli import main
 from lakesink.cli.exits import exit_process
-from lakesink.cli.vacuum import main
 
 if __name__ == "__main__":
-    exit_process(main())
+    exit_process(main(["vacuum", *sys.argv[1:]]))

@@ -428,7 +428,7 @@ def test_the_committed_checkpoints_and_the_latency_histogram_count_the_same(spar
 
 
 def test_the_vacuums_dry_run_and_run_report_the_same_compaction(spark, tmp_path):
-    from lakesink.cli.vacuum import _summary
+    from lakesink.cli.commands.vacuum import _summary
     from lakesink.ops.vacuum import vacuum
 
     table = str(tmp_path / "orders")

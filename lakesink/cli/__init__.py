@@ -1,9 +1,74 @@
-"""The ``lakesink`` command: ``commands`` parses and dispatches, ``vacuum`` is its vacuum job."""
+"""The ``lakesink`` command: its parser, built from the subcommands' modules
+(``lakesink.cli.commands``), and the run of the subcommand it parsed."""
 
-from lakesink.cli.commands import main
-from lakesink.cli.exits import exit_process
+from __future__ import annotations
 
-__all__ = ["entry", "main"]
+import argparse
+
+from lakesink import __version__
+from lakesink.cli.commands import (
+    Command,
+    checkpoint_view,
+    checkpoints,
+    jars,
+    metastore,
+    metrics,
+    migrate,
+    resolve,
+    serve,
+    serve_users,
+    status,
+    vacuum,
+    validate,
+)
+from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CODES, exit_process, run_command
+from lakesink.cli.output import JsonOutput, TextOutput
+
+__all__ = ["COMMANDS", "build_parser", "entry", "main"]
+
+# The subcommands, in the order ``lakesink --help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    jars,
+    metastore,
+    status,
+    checkpoints,
+    metrics,
+    resolve,
+    validate,
+    checkpoint_view,
+    serve,
+    serve_users,
+    migrate,
+    vacuum,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lakesink`` parser, with every subcommand's."""
+    parser = argparse.ArgumentParser(
+        prog="lakesink",
+        description="Exactly-once, two-phase-commit writes from PySpark into Delta Lake.",
+        epilog=f"Every command and job ends with {EXIT_CODES}.",
+    )
+    parser.add_argument("--version", action="version", version=f"lakesink {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's arguments), run the subcommand it names and
+    return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    out = JsonOutput() if getattr(args, "json", False) else TextOutput()  # not all have --json
+    return run_command(
+        f"lakesink {args.command}", lambda: args.func(args, out), verbose=args.verbose
+    )
 
 
 def entry() -> None:

@@ -1,40 +1,52 @@
-"""Vacuum job: remove the rows and files of aborted and expired pending transactions.
-
-lakesink vacuum /data/orders [--dry-run] [--json]
-python jobs/vacuum.py /data/orders [--dry-run] [--json]
-spark-submit --packages "$(lakesink jars)" jobs/vacuum.py /data/orders
-
-"""
+"""``lakesink vacuum`` (also ``jobs/vacuum.py``): remove the rows and files of aborted
+and expired pending transactions, then compact."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
-from lakesink.cli.exits import EXIT_CODES, run_command
+from lakesink.cli.commands.common import (
+    Subparsers,
+    add_dry_run_option,
+    add_json_option,
+    reachable,
+)
+from lakesink.cli.exits import EXIT_CODES
+from lakesink.cli.output import Output
 from lakesink.cli.spark_output import add_spark_options, jvm_output
-from lakesink.storage.access import check_reachable
 from lakesink.storage.files import require_delta_table
-from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
     from lakesink.ops.metrics import MetricsExport
     from lakesink.ops.vacuum import VacuumReport
 
+__all__ = ["add_parser"]
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="lakesink vacuum",
-        description=__doc__.splitlines()[0],
+# Shown as they are, below the options.
+EXAMPLES = """\
+lakesink vacuum /data/orders [--dry-run] [--json]
+python jobs/vacuum.py /data/orders [--dry-run] [--json]
+spark-submit --packages "$(lakesink jars)" jobs/vacuum.py /data/orders
+
+"""
+
+
+def add_parser(commands: Subparsers) -> None:
+    parser = commands.add_parser(
+        "vacuum",
+        help="remove aborted and expired pending rows, then their files (--dry-run)",
+        description="Vacuum job: remove the rows and files of aborted and expired pending "
+        "transactions.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2] + EXIT_CODES + ".",
+        epilog=EXAMPLES + EXIT_CODES + ".",
     )
     parser.add_argument("table", nargs="?", help="the lakesink table's folder")
     parser.add_argument(
@@ -84,10 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         help="push the run's figures to this Prometheus Pushgateway (job label "
         "lakesink_vacuum, grouped by sink)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_dry_run_option(parser)
+    add_json_option(parser, help="print the report as JSON")
     add_spark_options(parser)
-    args = parser.parse_args(argv)  # exits 2 on bad options
+    # The parser, to refuse a table given twice or not at all as argparse refuses options.
+    parser.set_defaults(func=partial(_vacuum, parser))
+
+
+def _vacuum(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Output) -> int:
     if (args.table is None) == (args.table_option is None):
         parser.error("give the table once: lakesink vacuum TABLE (or --table TABLE)")
     args.table = args.table or args.table_option
@@ -97,30 +113,20 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,  # stdout carries the report (and only the report with --json)
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
-    return run_command("lakesink vacuum", lambda: _vacuum(args), verbose=args.verbose)
-
-
-def _vacuum(args: argparse.Namespace) -> int:
-    # Imported here, after argparse refused bad options without loading pyspark; the
-    # expiry is the library's own check, made before Spark starts.
+    # Imported here, once the options were taken (bad ones refused without loading
+    # pyspark); the expiry is the library's own check, made before Spark starts.
     from lakesink.ops.metrics import MetricsExport
     from lakesink.ops.vacuum import check_expiry
 
     check_expiry(timedelta(hours=args.expire_open_hours))
-    table = normalize(args.table)
-    for location in (table, args.journal and normalize(args.journal)):
-        if location:
-            check_reachable(location, write=True)
+    table = reachable(args.table, args.journal, write=True)[0]
     require_delta_table(table)
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job="lakesink_vacuum"
     )
     with _stdout_to_stderr():
         report = _run(args, metrics)
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        print(_summary(report))
+    out.show(report.as_dict(), lambda: _summary(report))
     return 0
 
 

@@ -1,0 +1,110 @@
+"""What several commands share: their ``--dry-run``, ``--json`` and ``--verbose`` options,
+the store check made before anything else runs, their Spark session, a checkpoint's
+transactions as JSON and validation reports as Data Docs pages."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from lakesink.cli.spark_output import jvm_output
+from lakesink.storage.access import check_reachable
+from lakesink.storage.location import normalize
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.core.validation import ValidationReport
+    from lakesink.tables.journal import TransactionStatus
+
+__all__ = [
+    "Subparsers",
+    "add_dry_run_option",
+    "add_json_option",
+    "add_verbose_option",
+    "checkpoint_json",
+    "reachable",
+    "start_spark",
+    "write_reports",
+]
+
+# What ``add_subparsers`` returns; a string, as the class is generic to type checkers only.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_dry_run_option(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run``: the command says what it would change, and changes nothing."""
+    parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
+
+
+def add_json_option(parser: argparse.ArgumentParser, help: str = "machine-readable output") -> None:
+    """``--json``: the command's result as JSON (``lakesink.cli.output``)."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_verbose_option(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` of a command without Spark (``add_spark_options`` has Spark's)."""
+    parser.add_argument("--verbose", "-v", action="store_true", help="show a failure's full trace")
+
+
+def reachable(*locations: str | None, write: bool = False) -> list[str]:
+    """The locations normalized, once each store answered (before anything else runs)."""
+    found = [normalize(location) for location in locations if location]
+    for location in found:
+        check_reachable(location, write=write)
+    return found
+
+
+def start_spark(args: argparse.Namespace) -> SparkSession:
+    """The Spark session of a command, started once its checks passed."""
+    from lakesink.spark.session import spark_session
+
+    print("starting Spark ...", file=sys.stderr, flush=True)
+    spark = spark_session(master=args.master, app_name="lakesink-cli", jvm_output=jvm_output(args))
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def checkpoint_json(
+    checkpoint_id: int, transactions: Sequence[TransactionStatus]
+) -> dict[str, Any]:
+    """A checkpoint's transactions, as the JSON of the commands that act on one."""
+    return {
+        "checkpoint_id": checkpoint_id,
+        "transactions": [
+            {
+                "txn_id": t.txn_id,
+                "writer_id": t.writer_id,
+                "state": t.state.value,
+                "rows": t.row_count,
+            }
+            for t in transactions
+        ],
+    }
+
+
+def write_reports(
+    validated: Sequence[tuple[TransactionStatus, ValidationReport | None]],
+    table: str,
+    directory: str,
+) -> None:
+    """Data Docs pages of (transaction, its report or None) pairs; their paths to stderr."""
+    from lakesink.ops.reports import write_report_page
+
+    for txn, report in validated:
+        page = (
+            None
+            if report is None
+            else write_report_page(report, txn, table_path=table, directory=directory)
+        )
+        if page is None:
+            print(
+                f"checkpoint {txn.checkpoint_id} (writer {txn.writer_id}): no GX result to render "
+                "(the run raised, or an older lakesink kept only a summary); lakesink validate "
+                "--report renders a new one",
+                file=sys.stderr,
+            )
+        else:
+            print(f"report of checkpoint {txn.checkpoint_id}: {page}", file=sys.stderr)
