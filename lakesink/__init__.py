@@ -21,8 +21,8 @@ from lakesink.errors import (
     AlreadyRunningError,
     AuditFailedError,
     CheckpointOrderError,
-    CommitError,
     CommitFailedError,
+    CommitRoundError,
     CommitStateUnknownError,
     ConfigurationError,
     FormatVersionError,
@@ -56,9 +56,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointCoordinator",
     "CheckpointOrderError",
-    "CommitError",
     "CommitFailedError",
     "CommitRetry",
+    "CommitRoundError",
     "CommitStateUnknownError",
     "ConfigurationError",
     "DeltaSink",
@@ -104,6 +104,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "CommitError":  # renamed CommitRoundError: lakesink.errors warns and hands it out
+        from lakesink import errors
+
+        return errors.__getattr__(name)
     if name in _LAZY:
         import importlib
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 __all__ = [
     "AlreadyRunningError",
     "AuditFailedError",
     "CheckpointOrderError",
-    "CommitError",
     "CommitFailedError",
+    "CommitRoundError",
     "CommitStateUnknownError",
     "ConfigurationError",
     "FormatVersionError",
@@ -46,7 +47,7 @@ class UnknownCheckpointError(ProtocolError):
     """Raised when a checkpoint is named that has nothing pending under it."""
 
 
-class CommitError(LakesinkError):
+class CommitRoundError(LakesinkError):
     """Raised after a commit round in which at least one transaction failed to commit.
 
     Every transaction of the round was attempted; ``failures`` pairs each failed
@@ -104,3 +105,15 @@ class ValidationSuiteError(ConfigurationError):
 
 class AuditFailedError(LakesinkError, AssertionError):
     """Raised when an exactly-once check fails; the message names each check and offender."""
+
+
+def __getattr__(name: str) -> type[LakesinkError]:
+    if name == "CommitError":  # lakesink 0.2's name, which read as CommitFailedError's parent
+        warnings.warn(
+            "lakesink.errors.CommitError is deprecated and goes in the next release: use "
+            "CommitRoundError",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return CommitRoundError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,7 @@ from deltalake import CommitProperties, write_deltalake
 
 from lakesink.core import TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
-from lakesink.errors import AuditFailedError, CommitError, TableNotFoundError
+from lakesink.errors import AuditFailedError, CommitRoundError, TableNotFoundError
 from lakesink.ops.audit import (
     AuditReport,
     AuditSnapshot,
@@ -186,7 +186,7 @@ def build_audited_table(spark, path: Path) -> Story:
     commit(sink, checkpoint(sink, at=60), at=120)  # checkpoint 3 fails, committed anyway
     write(sink, [(10, "quince"), (11, "grape")], at=130)
     crash_after_flip.add(story.txn[4])
-    with pytest.raises(CommitError):
+    with pytest.raises(CommitRoundError):
         commit(sink, checkpoint(sink, at=140), at=150)  # checkpoint 4: MERGE, no record
     write(sink, [(12, "lemon"), (13, "melon")], at=160)
     checkpoint(sink, at=170)  # checkpoint 5 pending

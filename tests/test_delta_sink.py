@@ -19,7 +19,7 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.errors import (
     AlreadyRunningError,
     CheckpointOrderError,
-    CommitError,
+    CommitRoundError,
     ConfigurationError,
     FormatVersionError,
     ReservedColumnError,
@@ -150,11 +150,11 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
     sink = open_sink(spark, table, hook=fail_flip, **options)
     sink.write(rows(spark, [1]))
     checkpoint = sink.prepare_commit()
-    with pytest.raises(CommitError, match="MERGE unavailable"):
+    with pytest.raises(CommitRoundError, match="MERGE unavailable"):
         sink.notify_checkpoint_complete(checkpoint)
     assert visible_ids(spark, table) == []
 
-    with pytest.raises(CommitError, match="MERGE unavailable"):  # within the timeout: raised
+    with pytest.raises(CommitRoundError, match="MERGE unavailable"):  # within the timeout: raised
         open_sink(spark, table, hook=fail_flip, **options)
 
     clock.now_ms += 60_001

@@ -23,8 +23,8 @@ from lakesink.cli.spark_output import settle
 from lakesink.errors import (
     AlreadyRunningError,
     AuditFailedError,
-    CommitError,
     CommitFailedError,
+    CommitRoundError,
     CommitStateUnknownError,
     LakesinkError,
     LeaseLostError,
@@ -65,7 +65,7 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (AlreadyRunningError, EXIT_TRY_LATER),
     (LeaseLostError, EXIT_TRY_LATER),
     (MetricsExportError, EXIT_TRY_LATER),
-    (CommitError, EXIT_TRY_LATER),
+    (CommitRoundError, EXIT_TRY_LATER),
     (CommitFailedError, EXIT_TRY_LATER),
     (CommitStateUnknownError, EXIT_TRY_LATER),
     (LakesinkError, EXIT_BAD_INPUT),
@@ -108,7 +108,7 @@ def reported_error(error: BaseException) -> BaseException:
             # ``raise ... from None`` said the error it replaced does not matter.
             context = None if cause.__suppress_context__ else cause.__context__
             cause = cause.__cause__ or context
-        for _, failure in getattr(error, "failures", ()):  # a CommitError's
+        for _, failure in getattr(error, "failures", ()):  # a CommitRoundError's
             found = reported_error(failure)
             if isinstance(found, StorageAccessError):
                 return found

@@ -16,7 +16,7 @@ from typing import Any
 from lakesink.core.cut import Cut, record_cut
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
-from lakesink.errors import CommitError
+from lakesink.errors import CommitRoundError
 
 __all__ = ["commit_all", "pre_commit_all"]
 
@@ -50,7 +50,7 @@ def commit_all(sinks: Sinks, checkpoint_id: int, *, group_id: str | None = None)
     cut); returns the cut recorded, if any.
 
     Raises:
-        CommitError: Some commits failed; every sink was attempted, and the failed
+        CommitRoundError: Some commits failed; every sink was attempted, and the failed
             transactions stay pending for the next commit or the restart.
     """
     failures: list[tuple[int, BaseException]] = []
@@ -59,10 +59,10 @@ def commit_all(sinks: Sinks, checkpoint_id: int, *, group_id: str | None = None)
             continue
         try:
             sink.notify_checkpoint_complete(checkpoint_id)
-        except CommitError as exc:
+        except CommitRoundError as exc:
             failures.extend(exc.failures)
     if failures:
-        raise CommitError(
+        raise CommitRoundError(
             f"checkpoint {checkpoint_id} is complete but {len(failures)} commit(s) failed; "
             "they stay pending and are retried at the next checkpoint or restart",
             failures,

@@ -64,7 +64,7 @@ from lakesink.core.state import (
 )
 from lakesink.errors import (
     CheckpointOrderError,
-    CommitError,
+    CommitRoundError,
     ConfigurationError,
     ProtocolError,
     UnknownCheckpointError,
@@ -451,7 +451,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
            committed (held ones wait for ``resolve``), earlier pending ones still are.
 
         Every transaction is attempted before the first failure is raised as
-        ``CommitError``; failed ones stay pending so the next notification retries them.
+        ``CommitRoundError``; failed ones stay pending so the next notification retries them.
         """
         self._check_running()
         if checkpoint_id < self._last_notified:
@@ -703,7 +703,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
     def _raise_commit_error(self, what: str, failures: Sequence[tuple[int, BaseException]]) -> None:
         ids = ", ".join(str(cid) for cid, _ in failures)
         first = failures[0][1]
-        raise CommitError(
+        raise CommitRoundError(
             f"{self.name}: {what}: {len(failures)} transaction(s) failed (checkpoints {ids}); "
             f"first error: {first!r}. They stay pending; retry once the cause is fixed",
             failures,

@@ -51,7 +51,7 @@ def access_error(
 
     Args:
         error: Whatever a client raised (its ``__cause__``/``__context__`` chain, a
-            ``CommitError``'s failures and a Java exception's causes are searched too).
+            ``CommitRoundError``'s failures and a Java exception's causes are searched too).
         location: The table or folder the caller was reaching; default: the first
             location the error's text names.
         unanswered: Whether a store that did not answer counts. Not where a request may
@@ -132,7 +132,7 @@ def _exists(path: Path) -> bool:
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
-    """``error``, its causes and contexts, and a ``CommitError``'s failures, each once."""
+    """``error``, its causes and contexts, and a ``CommitRoundError``'s failures, each once."""
     seen: set[int] = set()
     waiting = [error]
     while waiting:

@@ -17,7 +17,7 @@ import pytest
 from lakesink.core import CheckpointCoordinator, Pacing, TxnState, step_hook
 from lakesink.errors import (
     AlreadyRunningError,
-    CommitError,
+    CommitRoundError,
     ConfigurationError,
     LeaseLostError,
     ProtocolError,
@@ -143,7 +143,7 @@ def test_a_crash_after_one_sinks_commit_finishes_the_other_on_restart():
     coordinator = job.start()
     write_all(coordinator, ["a"])
     coordinator.sinks["totals"].fail_commits = True
-    with pytest.raises(CommitError, match="1 commit"):
+    with pytest.raises(CommitRoundError, match="1 commit"):
         coordinator.trigger_checkpoint(None)
     assert job.visible("orders") == Counter("a") and job.visible("totals") == Counter()
     job.die(coordinator)
@@ -307,3 +307,12 @@ def test_the_old_name_of_trigger_checkpoint_warns_and_still_takes_the_checkpoint
             record = coordinator.checkpoint('"after a"', items=("a",))
     assert record.checkpoint_id == 1 and record.items == ("a",)
     assert job.visible("orders") == job.visible("totals") == Counter("a")
+
+
+def test_the_old_name_of_commit_round_error_warns_and_is_the_same_class():
+    import lakesink
+    from lakesink import errors
+
+    for module in (errors, lakesink):
+        with pytest.warns(DeprecationWarning, match="use CommitRoundError"):
+            assert module.CommitError is CommitRoundError

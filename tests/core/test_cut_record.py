@@ -14,7 +14,7 @@ import pytest
 
 from lakesink.core import CheckpointCoordinator, step_hook
 from lakesink.core.microbatch import MicroBatchDriver
-from lakesink.errors import CommitError
+from lakesink.errors import CommitRoundError
 from lakesink.testing.memory import MemoryCheckpointStore, MemorySink, MemoryStore
 
 SINKS = ("orders", "totals")
@@ -74,7 +74,7 @@ def test_a_failed_commit_records_no_cut_until_every_sink_published():
     sinks = group.sinks()
     job = group.start(sinks)
     sinks["totals"].fail_commits = True
-    with pytest.raises(CommitError):
+    with pytest.raises(CommitRoundError):
         checkpoint(job, "a")  # orders published 1, totals did not: no cut of 1
     assert [c for c, _ in group.cuts()] == [0]
     sinks["totals"].fail_commits = False

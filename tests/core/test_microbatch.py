@@ -14,7 +14,7 @@ import pytest
 
 from lakesink.core import TxnState
 from lakesink.core.microbatch import MicroBatchDriver
-from lakesink.errors import CheckpointOrderError, CommitError, ConfigurationError
+from lakesink.errors import CheckpointOrderError, CommitRoundError, ConfigurationError
 from lakesink.testing.memory import MemorySink, MemoryStore
 
 SINKS = ("orders", "totals")
@@ -123,7 +123,7 @@ def test_a_failed_commit_stops_the_next_batch_and_is_finished_by_the_restart():
     driver = engine.start()
     engine.run(driver, 0, ["a"])
     driver.sinks["totals"].fail_commits = True
-    with pytest.raises(CommitError, match="1 commit"):
+    with pytest.raises(CommitRoundError, match="1 commit"):
         engine.run(driver, 1, ["b"])
     assert engine.visible("orders") == Counter("a") and engine.visible("totals") == Counter()
 

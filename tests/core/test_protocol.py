@@ -17,7 +17,7 @@ import pytest
 from lakesink.core import SinkState, TransactionTimeout, TwoPhaseCommitSink, TxnState
 from lakesink.errors import (
     CheckpointOrderError,
-    CommitError,
+    CommitRoundError,
     ConfigurationError,
     ProtocolError,
     UnknownCheckpointError,
@@ -100,7 +100,7 @@ def test_ignore_commit_exception_during_recovery_after_timeout(store, clock):
         timeout=TransactionTimeout(timeout_ms=timeout, ignore_failures_after_timeout=True),
     )
     failing.fail_commits = True
-    with pytest.raises(CommitError, match="Expected exception") as raised:
+    with pytest.raises(CommitRoundError, match="Expected exception") as raised:
         failing.initialize_state(snapshot)
     assert raised.value.failures[0][0] == 1
 
@@ -120,7 +120,7 @@ def test_recovery_failure_before_timeout_is_raised_even_when_ignoring(store, clo
     )
     failing.fail_commits = True
     clock.now_ms = 1000  # exactly the timeout: not past it
-    with pytest.raises(CommitError):
+    with pytest.raises(CommitRoundError):
         failing.initialize_state(snapshot)
     assert store.visible() == []
 
@@ -193,7 +193,7 @@ def test_every_pending_commit_is_attempted_before_the_first_error(store):
     sink.snapshot_state(2)
     sink.broken = {1}
 
-    with pytest.raises(CommitError, match="checkpoint 1 broke") as raised:
+    with pytest.raises(CommitRoundError, match="checkpoint 1 broke") as raised:
         sink.notify_checkpoint_complete(2)
 
     assert attempted == [1, 2]
