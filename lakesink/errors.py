@@ -108,6 +108,7 @@ class AuditFailedError(LakesinkError, AssertionError):
 
 
 def __getattr__(name: str) -> type[LakesinkError]:
+    """The names of lakesink 0.2 that were renamed, with a DeprecationWarning."""
     if name == "CommitError":  # lakesink 0.2's name, which read as CommitFailedError's parent
         warnings.warn(
             "lakesink.errors.CommitError is deprecated and goes in the next release: use "
