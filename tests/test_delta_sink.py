@@ -106,7 +106,9 @@ def test_notify_after_several_checkpoints_commits_exactly_those(spark, table):
         sink.prepare_commit()
     sink.write(rows(spark, [3]))
     with pytest.warns(DeprecationWarning, match=r"use DeltaSink.prepare_commit\(\)"):
-        assert sink.checkpoint() == 3  # the old name, for one release
+        assert sink.checkpoint() == 3  # the old names, for one release
+    with pytest.warns(DeprecationWarning, match="use DeltaSink.sink_table"):
+        assert sink.table is sink.sink_table
 
     sink.notify_checkpoint_complete(2)
 

@@ -313,15 +313,26 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return self.prepare_commit()
 
     @property
-    def table(self) -> SinkTable:
-        """What the sink's table says of itself (the sink must have started)."""
+    def sink_table(self) -> SinkTable:
+        """What the sink's table says of itself (the sink must have started); for the
+        operator's view of the table, ``lakesink.Table(sink.path)``."""
         if self._table is None:
             raise ProtocolError(f"{self.name} has not started: its table is not open yet")
         return self._table
 
+    @property
+    def table(self) -> SinkTable:
+        """Deprecated, goes in the next release: :attr:`sink_table` (not a ``lakesink.Table``)."""
+        warnings.warn(
+            "DeltaSink.table is deprecated and goes in the next release: use DeltaSink.sink_table",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.sink_table
+
     def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
-        return pending_rows(self.spark, self.table, [transaction.txn_id])
+        return pending_rows(self.spark, self.sink_table, [transaction.txn_id])
 
     def committable(self, transaction: DeltaTransaction) -> Committable:
         """What this writer hands its committer for a pre-committed transaction."""
