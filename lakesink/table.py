@@ -168,12 +168,12 @@ class Table:
         """The rows of a checkpoint that is not committed yet (pre-committed or held),
         user columns only: what an auditor looks at before publishing it."""
         from lakesink.ops.resolve import pending_transactions
-        from lakesink.readers.spark import pending_rows
+        from lakesink.readers.spark import transaction_rows
         from lakesink.tables.format import read_sink_table
 
         transactions = pending_transactions(self.path, checkpoint_id)
         table = read_sink_table(spark, self.path)
-        return pending_rows(spark, table, [t.txn_id for t in transactions])
+        return transaction_rows(spark, table, [t.txn_id for t in transactions])
 
     # ------------------------------------------------------------------ operations
 

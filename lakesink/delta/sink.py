@@ -65,7 +65,12 @@ from lakesink.errors import (
     ProtocolError,
     TableNotFoundError,
 )
-from lakesink.readers.spark import create_committed_view, cut_view_name, pending_rows, show_cut
+from lakesink.readers.spark import (
+    create_committed_view,
+    cut_view_name,
+    show_cut,
+    transaction_rows,
+)
 from lakesink.spark.settings import (
     WRITE_SETTINGS,
     CommitRetry,
@@ -330,9 +335,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         )
         return self.sink_table
 
-    def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
+    def transaction_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
-        return pending_rows(self.spark, self.sink_table, [transaction.txn_id])
+        return transaction_rows(self.spark, self.sink_table, [transaction.txn_id])
+
+    def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
+        """Deprecated, goes in the next release: :meth:`transaction_rows` (``pending_rows``
+        is ``lakesink.Table``'s, by checkpoint id)."""
+        warnings.warn(
+            "DeltaSink.pending_rows is deprecated and goes in the next release: use "
+            "DeltaSink.transaction_rows",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.transaction_rows(transaction)
 
     def committable(self, transaction: DeltaTransaction) -> Committable:
         """What this writer hands its committer for a pre-committed transaction."""
@@ -531,12 +547,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     def _pre_commit(self, transaction: DeltaTransaction) -> TxnState:
         progress = self._live(transaction)
         if progress.rows is None:
-            progress.rows = self.pending_rows(transaction).count()
+            progress.rows = self.transaction_rows(transaction).count()
         rows = progress.rows
         state, report, detail = TxnState.PRE_COMMITTED, None, None
         if self.validation is not None and rows:
             with labelled(self.spark, self.sink_id, transaction.checkpoint_id, "validate"):
-                report = self.validation.validate(self.pending_rows(transaction))
+                report = self.validation.validate(self.transaction_rows(transaction))
             state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
         self._lock.check()  # a writer that lost its lease leaves recovery to the new holder

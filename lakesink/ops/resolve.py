@@ -27,7 +27,7 @@ from lakesink.delta.modes import CommitMode
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
-from lakesink.readers.spark import create_pending_view, pending_rows
+from lakesink.readers.spark import create_pending_view, transaction_rows
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
@@ -288,7 +288,7 @@ def revalidate_checkpoint(
     journal = Journal(spark, table.journal_path, create=False)
     results = []
     for txn in transactions:
-        report = gate.validate(pending_rows(spark, table, [txn.txn_id]))
+        report = gate.validate(transaction_rows(spark, table, [txn.txn_id]))
         journal.record(
             txn.event(
                 table_path=table.path,

@@ -29,8 +29,8 @@ __all__ = [
     "create_committed_view",
     "create_pending_view",
     "cut_view_name",
-    "pending_rows",
     "show_cut",
+    "transaction_rows",
 ]
 
 
@@ -208,7 +208,7 @@ def _create_view(
     )
 
 
-def pending_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[str]) -> DataFrame:
+def transaction_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[str]) -> DataFrame:
     """The rows of pending (pre-committed, held or open) transactions, user columns only.
 
     What a suite audits. Read from the transactions' own partitions, no other file.
