@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# Spark fetches the Delta jars from Maven Central into this project-local cache.
+# The jars Spark and lakesink fetch from Maven Central go beside this project-local cache.
 export LAKESINK_IVY_DIR ?= $(CURDIR)/.cache/ivy
 PYTEST_ARGS ?=
 

@@ -65,9 +65,10 @@ def archive_path() -> Path:
     """Where the archive of this Java, this Spark and this environment's jars goes."""
     plain = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, env=plain).stderr
-    # The folder of the Ivy cache is that of hadoop-aws too, which goes on the class path.
+    # The folder of the Ivy cache is that of hadoop-aws and Delta's jars, on the class path.
     ivy = os.environ.get("LAKESINK_IVY_DIR", "")
-    key = "\n".join([java, sys.prefix, version("pyspark"), version("delta-spark"), ivy, "s3"])
+    layout = "s3, delta on the class path"
+    key = "\n".join([java, sys.prefix, version("pyspark"), version("delta-spark"), ivy, layout])
     return FOLDER / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 

@@ -52,7 +52,7 @@ SCHEMA = "order_id BIGINT, customer STRING"
 # A Java that is not there: a run that answers with its own message under it started no
 # Spark (spark-submit takes $JAVA_HOME/bin/java), which a clock could only suggest.
 NO_JAVA = {"JAVA_HOME": "/nonexistent/lakesink-tests-no-java"}
-IVY_REPORT = ":: resolving dependencies"  # spark-submit's dependency report, on every start
+SPARK_BANNER = "Using Spark's default log4j profile"  # Spark's first line, on every start
 # How a run names itself in its message, where that is not how it was started.
 SAID_AS = {"jobs/vacuum.py": "lakesink vacuum"}
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
@@ -227,7 +227,7 @@ def test_every_command_says_a_refusing_store_in_one_line_with_exit_78(
             and store.lake in line
             and "Traceback" not in done.stderr
             and "starting Spark" not in done.stderr
-            and IVY_REPORT not in done.stderr
+            and SPARK_BANNER not in done.stderr
         ):
             wrong.append(
                 f"{what}: exit {done.returncode} after {done.seconds:.1f} s:\n{done.stderr}"
@@ -316,7 +316,7 @@ def test_commit_and_abort_refuse_a_running_writer_before_spark_starts(spark, lak
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith(f"lakesink {action}: writer '0' of sink 'orders' is running")
         assert f"checkpoint {held} itself" in line and done.stdout == ""
-        assert "starting Spark" not in done.stderr and IVY_REPORT not in done.stderr
+        assert "starting Spark" not in done.stderr and SPARK_BANNER not in done.stderr
     (pending,) = sink_status(table).pending
     assert pending.checkpoint_id == held  # nothing changed
     # The control: with the writer stopped, the same commit may go ahead; it needs Spark,
@@ -527,4 +527,4 @@ def test_the_landing_folder_must_exist_before_spark_starts(tmp_path):
     assert done.returncode == EXIT_BAD_INPUT
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"ingest: the landing folder {tmp_path / 'landing'} does not exist")
-    assert "starting Spark" not in done.stderr and IVY_REPORT not in done.stderr
+    assert "starting Spark" not in done.stderr and SPARK_BANNER not in done.stderr

@@ -1,7 +1,7 @@
 """Spark's own console output, kept out of a command's way unless ``--verbose``.
 
-The driver JVM prints Ivy's dependency report (about 40 lines on every start), start-up
-warnings and its log lines to the terminal, before and between the few lines a command
+The driver JVM prints its start-up warnings, log lines and, when it fetches packages,
+Ivy's dependency report to the terminal, before and between the few lines a command
 means to say. A command that starts Spark sends them to a file instead; after a failure
 the command names that file (it holds the JVM's side of the story, and the failure's
 full trace), after success it deletes it.
@@ -27,9 +27,9 @@ def add_spark_options(parser: argparse.ArgumentParser) -> None:
         "--verbose",
         "-v",
         action="store_true",
-        help="show Spark's own output (Ivy's dependency report, start-up warnings, its log "
-        "lines) and a failure's full trace here; without them, they go to a file that a "
-        "failed run names",
+        help="show Spark's own output (start-up warnings, its log lines, Ivy's report of "
+        "packages it fetches) and a failure's full trace here; without them, they go to a "
+        "file that a failed run names",
     )
 
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -33,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakesink.errors import ConfigurationError
+from lakesink.jvm import delta_jars, listening
 from lakesink.ops.serve_access import (
     JvmKeystore,
     ServeAuth,
@@ -43,16 +42,13 @@ from lakesink.ops.serve_access import (
 )
 from lakesink.storage.location import normalize
 
-__all__ = ["ServeOptions", "delta_class_path", "serve"]
+__all__ = ["ServeOptions", "serve"]
 
 log = logging.getLogger(__name__)
 
 THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 # How often the views of a group's tables move on to its newest cut.
 CUT_REFRESH_S = 1.0
-# Only these: the packages' other jars (Unity Catalog's client) bring a Jackson that
-# clashes with Spark's on the driver's class path.
-_CLASS_PATH_JARS = ("io.delta_delta-spark", "io.delta_delta-storage")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,39 +76,6 @@ class ServeOptions:
     jvm_output: Path | None = None
 
 
-def delta_class_path() -> str:
-    """The Delta jars for the driver's class path, resolved as a Delta session resolves them.
-
-    Resolved in a short child process (the class path is fixed when a JVM starts): the
-    Ivy cache makes it a few seconds, or fetches the jars from Maven Central the first time.
-    """
-    probe = (
-        "from lakesink.spark.session import spark_session\n"
-        "s = spark_session(master='local[1]', app_name='lakesink-serve-jars')\n"
-        # Every local jar of the session, its packages' included (spark.jars holds only
-        # the jars given by path, such as the S3 log store, once any is given).
-        "print('JARS=' + (s.sparkContext.getConf().get('spark.repl.local.jars') or ''))\n"
-        "s.stop()\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=900
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("JARS=")]
-    if done.returncode != 0 or not lines:
-        raise ConfigurationError(
-            f"could not resolve the Delta jars (a Spark session failed to start): "
-            f"{done.stderr.strip().splitlines()[-1:] or done.returncode}"
-        )
-    jars = [
-        jar.removeprefix("file://").removeprefix("file:")
-        for jar in lines[-1].removeprefix("JARS=").split(",")
-        if any(f"/{name}" in jar for name in _CLASS_PATH_JARS)
-    ]
-    if not jars:
-        raise ConfigurationError(f"no Delta jar among the session's jars: {lines[-1]}")
-    return os.pathsep.join(jars)
-
-
 def serve(
     options: ServeOptions, *, stop: threading.Event, ready: Callable[[str], None] = print
 ) -> None:
@@ -125,7 +88,6 @@ def serve(
         TableNotFoundError, FormatVersionError: A table of ``tables`` is not a lakesink
             table of this version.
     """
-    from lakesink.jvm import listening
     from lakesink.readers.spark import CommittedViews
     from lakesink.spark.session import (
         MASTER_ENV,
@@ -146,7 +108,8 @@ def serve(
     server = None
     try:
         access, properties = thrift_settings(options.auth, keystore)
-        class_path = [delta_class_path()]
+        # Delta's classes where the Thrift server's Hive side finds them, on any master.
+        class_path = [str(jar) for jar in delta_jars()]
         if not options.auth.no_auth:
             class_path += map(str, authenticator_class_path())
         conf = {

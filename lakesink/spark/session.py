@@ -9,13 +9,13 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from importlib.metadata import version
 from pathlib import Path
 from typing import cast
 
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
+from lakesink.jvm import delta_jars, delta_maven_coordinate
 from lakesink.storage.options import StorageOptions
 
 __all__ = [
@@ -42,15 +42,6 @@ _SECRET_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key")
 # pip pyspark's version), and 4.1.3 lacks its spark-token-provider dependency there; 4.1.1
 # resolves whole and runs with pyspark 4.1.4 (the streaming tests read Kafka through it).
 KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
-
-
-def delta_maven_coordinate() -> str:
-    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark.
-
-    A cluster user passes it to ``spark-submit --packages``.
-    """
-    spark_minor = ".".join(version("pyspark").split(".")[:2])
-    return f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}"
 
 
 def spark_session(
@@ -97,8 +88,8 @@ def spark_session(
             chain (an instance or pod role). Adds ``hadoop-aws`` and lakesink's log store,
             whose commits on S3 are conditional creates (two writers cannot overwrite
             each other's commit).
-        jvm_output: A file that takes the driver JVM's own console output (Ivy's
-            dependency report, Spark's start-up warnings and log lines), appended to,
+        jvm_output: A file that takes the driver JVM's own console output (Spark's
+            start-up warnings and log lines, Ivy's report of packages it fetches), appended to,
             instead of this process's stdout and stderr. Applies when this call starts the
             JVM: not under ``spark-submit``, nor for a second session of a process. The
             ``lakesink`` commands and jobs use it unless ``--verbose``.
@@ -154,27 +145,36 @@ def spark_session(
         )
     conf = dict(conf or {})
     packages = list(packages)
+    # Under spark-submit the JVM runs already: its jars came with --packages and --jars
+    # (lakesink jars --s3, --log-store). A local JVM, executors included, reads jars in
+    # place from its class path; executors elsewhere fetch packages.
+    launching = "PYSPARK_GATEWAY_PORT" not in os.environ
+    local_jvm = launching and bool(_local_defaults(cast(str, master)))  # set when launching
     storage = storage or _storage_from_env()
     if storage is not None:
         conf = {**storage.spark_conf(), **conf}
-        # Under spark-submit the JVM runs already: its jars came with --packages and --jars
-        # (lakesink jars --s3, --log-store).
-        if "PYSPARK_GATEWAY_PORT" not in os.environ:
-            if _local_defaults(cast(str, master)):  # set above: no gateway port
-                # One JVM: its class path reads the jars in place, where packages would be
-                # copied into every session's temporary folder (640 MB of AWS SDK).
-                class_path = storage.spark_class_path()
-                _extend(conf, "spark.driver.extraClassPath", class_path, os.pathsep)
-            else:  # executors elsewhere fetch them
-                packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+        if local_jvm:
+            # As packages they would be copied into every session's temporary folder (640
+            # MB of AWS SDK).
+            _extend(conf, "spark.driver.extraClassPath", storage.spark_class_path(), os.pathsep)
+        elif launching:
+            packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+        if launching:
             _extend(conf, "spark.jars", storage.spark_jars(), ",")
         log.info("object storage: %r", storage)  # its repr hides the secrets
+    delta_class_path = _delta_class_path(ivy_dir) if local_jvm else None
+    if delta_class_path:
+        _extend(conf, "spark.driver.extraClassPath", delta_class_path, os.pathsep)
     if metastore_url:
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if delta_class_path:
+        if packages:
+            builder = builder.config("spark.jars.packages", ",".join(packages))
+    else:
+        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+    if launching:
         _launch_driver_jvm(builder, jvm_output)
     with _callers_sigint_kept():
         session = builder.getOrCreate()
@@ -244,6 +244,16 @@ def _storage_from_env() -> StorageOptions | None:
     """The object-store settings of the AWS environment variables, if any is set."""
     storage = StorageOptions.from_env()
     return None if storage == StorageOptions() else storage
+
+
+def _delta_class_path(ivy_dir: str | None) -> list[str]:
+    """Delta's jars for a local JVM's class path; none if they cannot be fetched, and Spark
+    then resolves Delta as packages, as it would on a cluster."""
+    try:
+        return [str(jar) for jar in delta_jars(ivy_dir)]
+    except ConfigurationError as exc:
+        log.warning("%s; Spark resolves Delta as packages instead, on every start", exc)
+        return []
 
 
 def _extend(conf: dict[str, str], key: str, items: Sequence[str], separator: str) -> None:

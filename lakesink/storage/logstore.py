@@ -24,9 +24,9 @@ from pathlib import Path
 
 from lakesink.errors import ConfigurationError
 from lakesink.jvm import (
-    IVY_DIR_ENV,
     JAVA_RELEASE,
     build_jar,
+    delta_jars,
     fetch_jars,
     pyspark_jars,
     source_digest,
@@ -90,8 +90,7 @@ def logstore_jar(cache_dir: str | Path | None = None) -> Path:
     """The jar of lakesink's S3 log store, built if its source changed since the last build.
 
     Args:
-        cache_dir: Where the jar (and, if no Ivy cache has it, the ``delta-storage`` jar) is
-            kept. Default: ``logstore`` beside ``$LAKESINK_IVY_DIR``, else
+        cache_dir: Where the jar is kept. Default: ``logstore`` beside ``$LAKESINK_IVY_DIR``, else
             ``~/.cache/lakesink/logstore``.
 
     Raises:
@@ -101,7 +100,7 @@ def logstore_jar(cache_dir: str | Path | None = None) -> Path:
     jar = folder / f"{JAR_PREFIX}{source_hash()}.jar"
     if jar.is_file():
         return jar
-    class_path = [pyspark_jars() / "*", _delta_storage_jar(folder)]
+    class_path = [pyspark_jars() / "*", _delta_storage_jar()]
     return build_jar(jar, JAVA_SOURCES, class_path, what="lakesink's S3 log store")
 
 
@@ -138,18 +137,9 @@ def _delta_version() -> str:
         raise ConfigurationError("delta-spark is not installed; install lakesink") from exc
 
 
-def _delta_storage_jar(cache: Path) -> Path:
-    """Delta's ``delta-storage`` jar (the LogStore API): from an Ivy cache Spark filled when
-    it fetched Delta, else fetched from Maven Central into ``cache``."""
-    name = f"io.delta_delta-storage-{_delta_version()}.jar"
-    ivy_dirs = [os.environ.get(IVY_DIR_ENV), str(Path.home() / ".ivy2.5.2")]
-    for ivy in filter(None, ivy_dirs):
-        jar = Path(ivy) / "jars" / name
-        if jar.is_file():
-            return jar
-    coordinate = f"io.delta:delta-storage:{_delta_version()}"
-    target = fetch_jars([coordinate], cache / f"delta-storage-{_delta_version()}", what=coordinate)
-    found = sorted(target.glob(f"delta-storage-{_delta_version()}*.jar"))
+def _delta_storage_jar() -> Path:
+    """Delta's ``delta-storage`` jar (the LogStore API), among the jars a local session reads."""
+    found = [jar for jar in delta_jars() if jar.name.startswith("delta-storage-")]
     if not found:
-        raise ConfigurationError(f"{coordinate} fetched into {target}, but its jar is not there")
+        raise ConfigurationError(f"no delta-storage jar among Delta's jars: {delta_jars()}")
     return found[0]
