@@ -5,102 +5,33 @@ rows as of a checkpoint, operator actions), ``DeltaSink`` and ``StreamingSink`` 
 ``spark_session``, the readers ``committed`` (Spark) and ``arrow`` (no JVM), the options
 and every exception. ``lakesink.core`` is the engine-free protocol for implementers of a
 new sink or driver.
+
+The names are listed once, in ``__init__.pyi`` beside this file (where type checkers read
+them), and each is imported from its module when first used: the Spark-bound ones must not
+pull pyspark into ``import lakesink.core``. A new public name is one line there.
 """
 
-from typing import TYPE_CHECKING, Any
-
-from lakesink.core import (
-    CheckpointCoordinator,
-    SinkState,
-    TransactionHolder,
-    TransactionTimeout,
-    TwoPhaseCommitSink,
-    TxnState,
-)
-from lakesink.errors import (
-    AlreadyRunningError,
-    AuditFailedError,
-    CheckpointOrderError,
-    CommitFailedError,
-    CommitRoundError,
-    CommitStateUnknownError,
-    ConfigurationError,
-    FormatVersionError,
-    LakesinkError,
-    LeaseLostError,
-    MetricsExportError,
-    ProtocolError,
-    ReservedColumnError,
-    SchemaMismatchError,
-    StorageAccessError,
-    TableNotFoundError,
-    UnknownCheckpointError,
-    ValidationSuiteError,
-)
-
-if TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from lakesink.delta.sink import DeltaSink, SinkOptions
-    from lakesink.readers.deltars import arrow
-    from lakesink.readers.spark import committed
-    from lakesink.spark.session import spark_session
-    from lakesink.spark.settings import CommitRetry
-    from lakesink.spark.validation import ValidationGate
-    from lakesink.streaming import StreamingSink
-    from lakesink.table import Checkpoint, Table
+import ast
+import importlib
+from pathlib import Path
+from typing import Any
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "AlreadyRunningError",
-    "AuditFailedError",
-    "Checkpoint",
-    "CheckpointCoordinator",
-    "CheckpointOrderError",
-    "CommitFailedError",
-    "CommitRetry",
-    "CommitRoundError",
-    "CommitStateUnknownError",
-    "ConfigurationError",
-    "DeltaSink",
-    "FormatVersionError",
-    "LakesinkError",
-    "LeaseLostError",
-    "MetricsExportError",
-    "ProtocolError",
-    "ReservedColumnError",
-    "SchemaMismatchError",
-    "SinkOptions",
-    "SinkState",
-    "StorageAccessError",
-    "StreamingSink",
-    "Table",
-    "TableNotFoundError",
-    "TransactionHolder",
-    "TransactionTimeout",
-    "TwoPhaseCommitSink",
-    "TxnState",
-    "UnknownCheckpointError",
-    "ValidationGate",
-    "ValidationSuiteError",
-    "arrow",
-    "committed",
-    "spark_session",
-]
+
+def _public_names() -> dict[str, str]:
+    """Each name the stub re-exports, and the module it comes from."""
+    stub = ast.parse((Path(__file__).parent / "__init__.pyi").read_text())
+    return {
+        alias.asname or alias.name: node.module
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
 
 
-# Spark-bound names are imported when first used, so that the core never pulls in pyspark.
-_LAZY = {
-    "Checkpoint": "lakesink.table",
-    "CommitRetry": "lakesink.spark.settings",
-    "DeltaSink": "lakesink.delta.sink",
-    "SinkOptions": "lakesink.delta.sink",
-    "StreamingSink": "lakesink.streaming",
-    "Table": "lakesink.table",
-    "ValidationGate": "lakesink.spark.validation",
-    "arrow": "lakesink.readers.deltars",
-    "committed": "lakesink.readers.spark",
-    "spark_session": "lakesink.spark.session",
-}
+_PUBLIC = _public_names()
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
@@ -108,8 +39,12 @@ def __getattr__(name: str) -> Any:
         from lakesink import errors
 
         return errors.__getattr__(name)
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # once: later uses find it without this call
+        return value
     raise AttributeError(f"module 'lakesink' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

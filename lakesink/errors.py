@@ -5,27 +5,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-__all__ = [
-    "AlreadyRunningError",
-    "AuditFailedError",
-    "CheckpointOrderError",
-    "CommitFailedError",
-    "CommitRoundError",
-    "CommitStateUnknownError",
-    "ConfigurationError",
-    "FormatVersionError",
-    "LakesinkError",
-    "LeaseLostError",
-    "MetricsExportError",
-    "ProtocolError",
-    "ReservedColumnError",
-    "SchemaMismatchError",
-    "StorageAccessError",
-    "TableNotFoundError",
-    "UnknownCheckpointError",
-    "ValidationSuiteError",
-]
-
 
 class LakesinkError(Exception):
     """Raised for every error lakesink itself detects; catch this to catch them all."""
@@ -105,6 +84,14 @@ class ValidationSuiteError(ConfigurationError):
 
 class AuditFailedError(LakesinkError, AssertionError):
     """Raised when an exactly-once check fails; the message names each check and offender."""
+
+
+# Every class above, so a new one is written once: where it is defined.
+__all__ = sorted(
+    name
+    for name, value in dict(globals()).items()
+    if isinstance(value, type) and issubclass(value, LakesinkError)
+)
 
 
 def __getattr__(name: str) -> type[LakesinkError]:
