@@ -120,11 +120,15 @@ def _summary(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def _write_report(page: Path, outcomes: list[Outcome], took_s: float) -> None:
+def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str]) -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     failed = sum(not o.ok for o in outcomes)
+    # A run of some stores, scenarios or one mode says so: it is not the whole enumeration.
+    command = "make crash-points"
+    if chosen:
+        command = " ".join(["python tests/crashpoints/run.py", *chosen])
     body = (
-        f"{MARKERS[0]}\n\nThe latest run ({stamp}, `make crash-points`, {took_s / 60:.0f} min "
+        f"{MARKERS[0]}\n\nThe latest run ({stamp}, `{command}`, {took_s / 60:.0f} min "
         f"on 2 cores): {len(outcomes)} crash points, {len(outcomes) - failed} restarts ended "
         f"exactly once.\n\n{_summary(outcomes)}\n\n<details><summary>Every crash point"
         f"</summary>\n\n{_table(outcomes)}\n\n</details>\n\n{MARKERS[1]}"
@@ -161,7 +165,12 @@ def main() -> int:
             f"{outcome.problems}"
         )
     if args.report:
-        _write_report(args.report, outcomes, took)
+        chosen = [
+            f"--{option} {value}"
+            for option, values in (("store", args.store), ("scenario", args.scenario))
+            for value in values or []
+        ] + ([f"--mode {args.mode}"] if args.mode else [])
+        _write_report(args.report, outcomes, took, chosen)
     print(
         f"{len(outcomes)} crash points, {len(failed)} failed, {took / 60:.0f} min; runs in {work}"
     )
