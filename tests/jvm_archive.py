@@ -5,13 +5,14 @@ runs). Each loaded and verified the same ten thousand classes of Spark, Scala an
 before doing anything. Dumped once from a short job that writes and commits a sink table,
 the archive lets every later JVM with the same class path map those classes instead.
 
-A JVM's class path must begin as the archive's. The tests' Spark processes run with the
-test S3 server's ``AWS_*`` variables set (the session fixture starts it), so lakesink puts
-hadoop-aws first on their class path: the archive is dumped with those variables set too,
-pointing nowhere (the job writes to local disk). A JVM whose class path is another (a
-process started before the S3 server, the SQL server with Delta's jars on its class path,
-the Kafka broker, Derby) finds the archive does not fit and starts as it would without it;
-``-Xshare:auto``, the default, never fails a start for it.
+A JVM's class path must begin as the archive's. A local session puts Delta's jars first on
+it, then, with the test S3 server's ``AWS_*`` variables set (the session fixture starts
+it), hadoop-aws: the archive is dumped with those variables set too, pointing nowhere (the
+job writes to local disk), and so holds Delta's classes as well as Spark's. A JVM whose
+class path begins otherwise (a process started before the S3 server, a session with the
+shared metastore's Derby client first, the Kafka broker) finds the archive does not fit
+and starts as it would without it; ``-Xshare:auto``, the default, never fails a start for
+it.
 
 ``python tests/jvm_archive.py`` makes (or finds) the archive and prints its path.
 """
