@@ -1,9 +1,9 @@
 """JVM servers lakesink runs beside Spark (the metastore, a Kafka broker for tests): their
 jars, fetched from Maven Central with the Ivy jar pyspark ships, and their background
 processes, started with a pid file and stopped by it; Delta's jars for a local session's
-class path, fetched the same way; and the small jars lakesink builds
-from its own Java source with ``javac`` on first use (the S3 log store, the SQL endpoint's
-login check). Java 17 must be on ``PATH``."""
+class path, fetched the same way; and the small jars lakesink builds from its own Java
+source with ``javac`` on first use (the S3 log store, the SQL endpoint's login check).
+Java 17 must be on ``PATH``."""
 
 from __future__ import annotations
 
