@@ -42,9 +42,10 @@ format: $(STAMP)
 # Debian packages the tests run for real: Chromium opens the validation reports headless,
 # the Prometheus Pushgateway receives pushed metrics, slapd is the LDAP directory the SQL
 # endpoint's logins are checked against (each test run starts its own, from a throwaway
-# folder: the package is installed without a directory of its own).
+# folder: the package is installed without a directory of its own). One apt-get for all
+# three (a grouped target): parallel makes would otherwise race for dpkg's lock.
 TEST_TOOLS := /usr/bin/chromium /usr/bin/prometheus-pushgateway /usr/sbin/slapd
-$(TEST_TOOLS):
+$(TEST_TOOLS) &:
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] || { \
 	  echo "the tests need Debian's chromium, prometheus-pushgateway and slapd: install them (as root)"; exit 1; }
 	apt-get update -qq
@@ -74,8 +75,11 @@ jvm-archive: $(IVY_STAMP)
 # The suite CI runs, in two worker processes (a Spark test spends much of its time waiting:
 # JVM starts, Delta commits, child jobs): the slow process, crash, cluster fault and soak
 # tests and the quick benchmark included. The cluster tests share one standalone cluster.
+# What the tests need is made first, three at a time: the downloads (Maven Central, PyPI)
+# wait on the network while lint and the class-data archive work the cores.
 PYTEST_WORKERS ?= 2
-test: lint $(IVY_STAMP) $(TEST_TOOLS) $(MITMDUMP) $(DBT) jvm-archive
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j3 lint jvm-archive $(TEST_TOOLS) $(MITMDUMP) $(DBT)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
