@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points
+.PHONY: setup lint format test test-needs test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points
 
 setup: $(STAMP)
 
@@ -78,8 +78,10 @@ jvm-archive: $(IVY_STAMP)
 # What the tests need is made first, three at a time: the downloads (Maven Central, PyPI)
 # wait on the network while lint and the class-data archive work the cores.
 PYTEST_WORKERS ?= 2
+test-needs: lint jvm-archive $(TEST_TOOLS) $(MITMDUMP) $(DBT)
+
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 lint jvm-archive $(TEST_TOOLS) $(MITMDUMP) $(DBT)
+	$(MAKE) --no-print-directory -j3 test-needs
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
