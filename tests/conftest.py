@@ -71,6 +71,17 @@ def spark(
     session.stop()
 
 
+CPU_SAMPLE_DIR = os.environ.get("LAKESINK_CPU_SAMPLE_DIR")
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    """Under ``tests/cpu_by_test.py``: which test this worker runs now, for the CPU its
+    Spark session and servers spend meanwhile."""
+    if CPU_SAMPLE_DIR:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(CPU_SAMPLE_DIR, worker).write_text(f"{os.getpid()} {nodeid}")
+
+
 CORE_TESTS = Path(__file__).resolve().parent / "core"
 HAVE_PYSPARK = importlib.util.find_spec("pyspark") is not None
 
