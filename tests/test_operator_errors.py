@@ -6,8 +6,9 @@ How the tests know:
   reference that reaches a lakesink store runs, as a process, against the S3 server with a
   wrong secret, against a bucket that does not exist, against an endpoint where nothing
   listens (a closed port: the shared server stays up), and against a local folder it may
-  not enter (the child drops to user ``nobody``: the tests run as root, whom the mode bits
-  do not stop). Each must end with exit 78, one line on stderr naming the store, the
+  not enter (the folder is ``nobody``'s, mode 0700, and the child is root without the
+  capabilities that take root past mode bits: it still runs this clone's interpreter, even
+  from a private folder). Each must end with exit 78, one line on stderr naming the store, the
   location and the cause, no traceback, before any Spark starts (run without Java).
   ``jars`` reaches no store; ``metastore`` keeps its own local folder, not a table's.
   Every command checks its stores before it starts Spark, so no run here starts one; a
@@ -55,7 +56,8 @@ NO_JAVA = {"JAVA_HOME": "/nonexistent/lakesink-tests-no-java"}
 SPARK_BANNER = "Using Spark's default log4j profile"  # Spark's first line, on every start
 # How a run names itself in its message, where that is not how it was started.
 SAID_AS = {"jobs/vacuum.py": "lakesink vacuum"}
-NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+# Root without the capabilities that read and enter any folder whatever its mode bits.
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def refused(port: int) -> bool:
 @pytest.fixture(scope="module")
 def private_lake(spark, tmp_path_factory) -> str:
     """A lakesink table (committed, pre-committed and aborted checkpoints), a job's state
-    and a landing folder, in a folder only its owner (root) may enter."""
+    and a landing folder, in a folder only its owner (nobody) may enter."""
     folder = tmp_path_factory.mktemp("private") / "lake"
     sink = open_sink(spark, str(folder / "orders"))
     write(spark, sink, [1])
@@ -176,6 +178,8 @@ def private_lake(spark, tmp_path_factory) -> str:
     sink.close()
     (folder / "landing").mkdir()
     (folder / "_state").mkdir()
+    for entry in (folder, *folder.rglob("*")):
+        shutil.chown(entry, "nobody", "nogroup")
     folder.chmod(0o700)
     return str(folder)
 
@@ -200,12 +204,13 @@ def store(request, s3_server) -> Store:
             f"S3 at {endpoint} does not answer",
             env={"AWS_ENDPOINT_URL": endpoint},
         )
-    assert shutil.which("setpriv"), "util-linux's setpriv runs the child as nobody"
+    assert shutil.which("setpriv"), "util-linux's setpriv runs the child without them"
     lake = request.getfixturevalue("private_lake")
-    # The control: as nobody, the OS itself refuses the folder; as root, status reads it.
-    assert run(["ls", lake], prefix=NOBODY).returncode != 0
+    # The control: without those capabilities the OS itself refuses the folder; with them,
+    # status reads it.
+    assert run(["ls", lake], prefix=NO_DAC).returncode != 0
     assert lakesink("status", f"{lake}/orders").returncode == EXIT_OK
-    return Store(lake, "the local file system refused", prefix=tuple(NOBODY))
+    return Store(lake, "the local file system refused", prefix=tuple(NO_DAC))
 
 
 @pytest.mark.slow
