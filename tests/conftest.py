@@ -28,7 +28,7 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.java_options())
 # process: 268 s with it, 453 s without); its command line overrides the variable.
 FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
 # The session's heap: with Spark's 1g, a worker's JVM spent 8% of its CPU in the serial
-# collector, its old generation 80% full (Delta caches each table's log); with 2g,
+# collector, its old generation 80% full; with 2g,
 # tests/test_delta_sink.py in one process took 385 CPU-s instead of 428.
 SESSION_HEAP = {"spark.driver.memory": "2g"}
 
