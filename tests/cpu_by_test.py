@@ -21,6 +21,7 @@ import argparse
 import collections
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,7 +75,7 @@ def sample(command: list[str], interval: float) -> tuple[int, dict[str, collecti
     """Run ``command`` and give its CPU to test files: per file, CPU seconds by process kind."""
     folder = Path(tempfile.mkdtemp(prefix="cpu-by-test-"))
     env = {**os.environ, "LAKESINK_CPU_SAMPLE_DIR": str(folder)}
-    seen: dict[tuple[str, int], tuple[str | None, float]] = {}
+    seen: dict[tuple[int, int], tuple[str | None, float]] = {}
     by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     process = subprocess.Popen(command, env=env)
     root = _stat(str(process.pid))
@@ -112,6 +113,7 @@ def sample(command: list[str], interval: float) -> tuple[int, dict[str, collecti
             name = _file(owner) if owner else _file(test) if test else OUTSIDE
             by_file[name][comm] += cpu - counted
         if done:
+            shutil.rmtree(folder, ignore_errors=True)
             return process.returncode, by_file
         time.sleep(interval)
 
