@@ -146,13 +146,16 @@ def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_onc
 
 
 def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(spark, tmp_path):
-    """Each publish carries the checksum (``.crc``) of the version before it, which Spark's
-    next write would otherwise rebuild with a state reconstruction, and a publish that lands
-    on a multiple of the checkpoint interval writes the log checkpoint Spark would have.
+    """Each publish carries the checksum (``.crc``) of the version before it, its list of
+    files updated, which Spark's next write would otherwise rebuild with a state
+    reconstruction, and a publish that lands on a multiple of the checkpoint interval writes
+    the log checkpoint Spark would have.
 
     How the test knows the checksums are true: Delta itself checks each one against a full
     state reconstruction before every write (``incremental.commit.verify``) and fails the
-    write on a mismatch (``checksum.mismatch.fatal``, its default)."""
+    write on a mismatch (``checksum.mismatch.fatal``, its default); and each publish's list
+    of files is the one Delta's state reconstruction of that version finds
+    (``Snapshot.allFiles``), field for field."""
     table = tmp_path / "orders"
     log_folder = table / "_delta_log"
     verify = "spark.databricks.delta.incremental.commit.verify"
@@ -173,7 +176,9 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     for version in publishes:
         carried = json.loads((log_folder / f"{version:020d}.crc").read_text())
         before = json.loads((log_folder / f"{version - 1:020d}.crc").read_text())
-        before.pop("txnId"), before.pop("allFiles", None)
+        before.pop("txnId"), before.pop("allFiles")
+        listed = {f["path"]: _file_facts(f) for f in carried.pop("allFiles")}
+        assert listed == files_as_delta_finds(spark, table, version), version
         assert carried == before, version
         # Spark's append after it derived its own checksum from the carried one.
         assert (log_folder / f"{version + 1:020d}.crc").is_file(), version
@@ -186,6 +191,23 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     assert visible_ids(spark, table) == Counter(range(60))
     assert Counter(arrow(str(table)).column("order_id").to_pylist()) == Counter(range(60))
     sink.close()
+
+
+def files_as_delta_finds(spark, table: Path, version: int) -> dict[str, tuple]:
+    """The live files of ``version`` by a state reconstruction of Spark's Delta (not from a
+    checksum): per path, its partition values, size, modification time and statistics."""
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, str(table)
+    )
+    defaults = [getattr(delta_log, f"getSnapshotAt$default${n}")() for n in (2, 3, 4)]
+    snapshot = delta_log.getSnapshotAt(version, *defaults)
+    files = [json.loads(f) for f in snapshot.allFiles().toJSON().collectAsList()]
+    return {f["path"]: _file_facts(f) for f in files}
+
+
+def _file_facts(file: dict) -> tuple:
+    values = {k: v for k, v in file["partitionValues"].items() if v is not None}
+    return values, file["size"], file["modificationTime"], json.loads(file["stats"])
 
 
 def test_publishes_of_one_transaction_racing_make_it_visible_once(

@@ -180,9 +180,9 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
         except DeltaCommitFailedError as exc:  # a conflict: nothing landed; read again
             log.info("publishing transaction %s of %s conflicted (%s); again", txn_id, path, exc)
             continue
-        removed, version = _removed_before(path, read_version, nonce, published)
+        removed, version, committed_actions = _removed_before(path, read_version, nonce, published)
         if not removed and not revived:  # else its files and bytes are not the last ones
-            _carry_checksum(path, version)
+            _carry_checksum(path, version, committed_actions)
         _checkpoint_if_due(path, version, table.metadata().configuration)
         rows += sum(f["num_records"] or 0 for f in files) - sum(
             f["num_records"] or 0 for f in revived
@@ -313,9 +313,9 @@ def _no_json(value: object) -> object:
 
 def _removed_before(
     path: str, read_version: int, nonce: str, paths: Iterable[str]
-) -> tuple[set[str], int]:
+) -> tuple[set[str], int, list[dict[str, Any]]]:
     """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
-    removed, and the version of that one."""
+    removed, and the version and actions of that one."""
     wanted, removed = set(paths), set[str]()
     version = read_version + 1
     while True:
@@ -328,21 +328,24 @@ def _removed_before(
             ) from None
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if nonce in str(info.get("userMetadata", "")):
-            return removed, version
+            return removed, version, actions
         removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted
         version += 1
 
 
-def _carry_checksum(path: str, version: int) -> None:
-    """Give the publish at ``version`` the checksum file (``.crc``) of the version before.
+def _carry_checksum(path: str, version: int, actions: list[dict[str, Any]]) -> None:
+    """Give the publish at ``version`` a checksum file (``.crc``): the one before it, updated.
 
     delta-rs writes none, and without one Spark's next write to the table first rebuilds
     the table's protocol and metadata, and its own checksum, with Spark jobs (a sixth of a
     checkpoint's time at 100k rows). A publish that only moved live files changes nothing a
     checksum counts (files, bytes, size histogram, txn versions, protocol, metadata), so the
-    previous one holds for it, less its commit's id and its list of files (optional, and it
-    would name their old paths). Without a checksum before it,
-    or with in-commit timestamps (each version has its own), none is written.
+    previous one holds for it, less its commit's id. Its list of files (``allFiles``, which
+    Spark keeps for a table of up to 50 files) is the one before less the files this commit
+    removed, plus those it added, as Delta derives it for its own commits: without it,
+    Spark's next commit rebuilds the list from the whole log (two Spark jobs, which doubled
+    the time of a small checkpoint's pre-commit). Without a checksum before it, or with in-commit timestamps
+    (each version has its own), none is written.
     """
     log_folder = join(path, "_delta_log")
     try:
@@ -352,7 +355,19 @@ def _carry_checksum(path: str, version: int) -> None:
     if not isinstance(checksum, dict) or "inCommitTimestampOpt" in checksum:
         return
     checksum.pop("txnId", None)
-    checksum.pop("allFiles", None)
+    files = checksum.pop("allFiles", None)
+    if isinstance(files, list):
+        gone = {a["remove"]["path"] for a in actions if "remove" in a}
+        # As Delta lists a file it read from the log: each field as the log has it (a null
+        # left out would read back as an empty map), no data change.
+        added = [a["add"] | {"dataChange": False} for a in actions if "add" in a]
+        files = [f for f in files if f["path"] not in gone] + added
+        # A path spelled otherwise in the two (escaped, say) would leave a file twice: then
+        # the list is left out, and Spark rebuilds it, as it would have.
+        if len(files) == checksum.get("numFiles") and sum(f["size"] for f in files) == checksum.get(
+            "tableSizeBytes"
+        ):
+            checksum["allFiles"] = files
     # Never over another's: only this publish committed the version, any file there is its.
     with contextlib.suppress(FileExistsError):
         create_file(join(log_folder, f"{version:020d}.crc"), json.dumps(checksum).encode())
