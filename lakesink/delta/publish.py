@@ -344,8 +344,8 @@ def _carry_checksum(path: str, version: int, actions: list[dict[str, Any]]) -> N
     Spark keeps for a table of up to 50 files) is the one before less the files this commit
     removed, plus those it added, as Delta derives it for its own commits: without it,
     Spark's next commit rebuilds the list from the whole log (two Spark jobs, which doubled
-    the time of a small checkpoint's pre-commit). Without a checksum before it, or with in-commit timestamps
-    (each version has its own), none is written.
+    the time of a small checkpoint's pre-commit). Without a checksum before it, or with
+    in-commit timestamps (each version has its own), none is written.
     """
     log_folder = join(path, "_delta_log")
     try:
