@@ -31,6 +31,7 @@ from test_serve import descendants
 from lakesink.jvm import wait_gone
 from lakesink.ops.status import sink_status
 from lakesink.readers.deltars import arrow
+from lakesink.storage.lease import LEASE_SECONDS_ENV
 from lakesink.storage.location import join
 
 pytestmark = pytest.mark.slow
@@ -98,6 +99,10 @@ def test_a_store_that_freezes_and_dies_mid_checkpoint_loses_and_duplicates_nothi
         **own_server.environment(),
         "LAKESINK_STEP_MARKERS": str(markers),
         "LAKESINK_HOLD_AT": point,
+        # The writers' leases outlast the outage: its 10 s, the store's restart and the
+        # clients' backoff after it took 37 s once on a loaded machine, past the default 30
+        # s, and the job then rightly gave up its lease (what test_lease.py tests).
+        LEASE_SECONDS_ENV: "120",
     }
     job = run_job(tmp_path, lake, env)
     waiting: list[tuple[str, int]] = []
