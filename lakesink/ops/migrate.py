@@ -36,7 +36,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from pyspark.sql import Row, SparkSession
 
@@ -78,26 +78,42 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class MigrationPlan:
-    """What ``migrate_checkpoints`` does (or did) in one state folder."""
+class _Plan:
+    """What a migration does (or did): the step it takes, and the line that says so."""
 
+    FORMAT: ClassVar[int]
     path: str
-    step: str  # "nothing", "migrate" (steps 1-3) or "finish" (step 3 of a run cut short)
-    records: int
-    jobs: tuple[str, ...]
+    # "nothing", "migrate" (all the steps) or "finish" (the last step, of a run cut short)
+    step: str
     dry_run: bool = False
+
+    def _rewritten(self) -> str:
+        """What the "migrate" step rewrites, for the summary."""
+        raise NotImplementedError
 
     def summary(self) -> str:
         what = {
-            "nothing": f"{self.path} is in format {CHECKPOINTS_FORMAT} already: nothing to do",
-            "migrate": (
-                f"{self.path}: {self.records} checkpoint record(s) of job(s) "
-                f"{', '.join(self.jobs) or 'none'} rewritten in format {CHECKPOINTS_FORMAT}; "
-                "the old table is kept as checkpoints.format1"
-            ),
+            "nothing": f"{self.path} is in format {self.FORMAT} already: nothing to do",
+            "migrate": f"{self.path}: {self._rewritten()}",
             "finish": f"{self.path}: finished a migration that was cut short",
         }[self.step]
         return ("DRY RUN: would be " if self.dry_run else "") + what
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigrationPlan(_Plan):
+    """What ``migrate_checkpoints`` does (or did) in one state folder (steps 1-3 above)."""
+
+    FORMAT = CHECKPOINTS_FORMAT
+    records: int
+    jobs: tuple[str, ...]
+
+    def _rewritten(self) -> str:
+        return (
+            f"{self.records} checkpoint record(s) of job(s) {', '.join(self.jobs) or 'none'} "
+            f"rewritten in format {CHECKPOINTS_FORMAT}; the old table is kept as "
+            "checkpoints.format1"
+        )
 
 
 def plan_migration(spark: SparkSession, state_dir: str) -> MigrationPlan:
@@ -155,28 +171,20 @@ def _record(row: dict[str, Any]) -> CheckpointRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TableMigrationPlan:
-    """What ``migrate_table`` does (or did) to one sink table."""
+class TableMigrationPlan(_Plan):
+    """What ``migrate_table`` does (or did) to one sink table (the rewrite, then the
+    properties; "finish" is the properties of a rewrite cut short)."""
 
-    path: str
-    # "nothing", "migrate" (rewrite, then properties) or "finish" (the properties of a
-    # rewrite cut short)
-    step: str
+    FORMAT = TABLE_FORMAT
     version: int  # the table's format before
     rows: int
-    dry_run: bool = False
 
-    def summary(self) -> str:
-        what = {
-            "nothing": f"{self.path} is in format {TABLE_FORMAT} already: nothing to do",
-            "migrate": (
-                f"{self.path}: {self.rows} row(s) rewritten from format {self.version} to "
-                f"{TABLE_FORMAT} (partitioned by {', '.join(LAKESINK_PARTITIONS)} first, "
-                "partition values in the log and folders only)"
-            ),
-            "finish": f"{self.path}: finished a migration that was cut short",
-        }[self.step]
-        return ("DRY RUN: would be " if self.dry_run else "") + what
+    def _rewritten(self) -> str:
+        return (
+            f"{self.rows} row(s) rewritten from format {self.version} to {TABLE_FORMAT} "
+            f"(partitioned by {', '.join(LAKESINK_PARTITIONS)} first, partition values in "
+            "the log and folders only)"
+        )
 
 
 def plan_table_migration(spark: SparkSession, path: str) -> TableMigrationPlan:
