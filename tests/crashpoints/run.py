@@ -7,7 +7,10 @@ For each scenario, commit mode and store it counts the writes of an unharmed run
 kills a run before and after each of them, restarts it and checks the lake (see
 ``harness``). It prints a line per crash point, then a table: scenario, write k, what it
 was, before/after, outcome; with ``--report`` it writes the table into that page, between
-its ``crash-points`` markers. Exit 0 when every restart ended exactly once.
+its ``crash-points`` markers. A run of some scenarios or stores replaces their rows there and
+keeps the others' (the page lists each run behind the table, and what is not enumerated
+yet); ``make crash-points``, the whole enumeration, replaces them all. Exit 0 when every
+restart ended exactly once.
 
 The S3 store starts a SeaweedFS server and the fault proxy (mitmproxy, from
 ``.cache/tools/mitmproxy``: ``make crash-points`` installs it) on loopback and stops both.
@@ -16,7 +19,6 @@ The S3 store starts a SeaweedFS server and the fault proxy (mitmproxy, from
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -88,55 +90,101 @@ def _enumerate(harness: Harness, args: argparse.Namespace) -> list[Outcome]:
     return outcomes
 
 
-def _table(outcomes: list[Outcome]) -> str:
-    columns = ("scenario", "mode", "store", "point", "write", "killed", "outcome")
+COLUMNS = ("scenario", "mode", "store", "point", "write", "killed", "outcome")
+Row = dict[str, str]
+
+
+def _row(outcome: Outcome) -> Row:
+    return {key: str(value) for key, value in outcome.row().items()}
+
+
+def _table(rows: list[Row]) -> str:
     lines = [
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---" for _ in columns) + "|",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
-    for outcome in outcomes:
-        row = outcome.row()
+    for row in rows:
         lines.append(
-            "| "
-            + " | ".join(f"`{row[c]}`" if c == "write" else str(row[c]) for c in columns)
-            + " |"
+            "| " + " | ".join(f"`{row[c]}`" if c == "write" else row[c] for c in COLUMNS) + " |"
         )
     return "\n".join(lines)
 
 
-def _summary(outcomes: list[Outcome]) -> str:
-    per = Counter((o.scenario, o.mode or "-", o.store) for o in outcomes)
-    bad = Counter((o.scenario, o.mode or "-", o.store) for o in outcomes if not o.ok)
-    raced = Counter((o.scenario, o.mode or "-", o.store) for o in outcomes if o.landed_first)
+def _summary(rows: list[Row]) -> str:
+    def key(row: Row) -> tuple[str, str, str]:
+        return row["scenario"], row["mode"], row["store"]
+
+    per = Counter(map(key, rows))
+    bad = Counter(key(r) for r in rows if r["outcome"] != "exactly once")
+    raced = Counter(key(r) for r in rows if r["killed"].endswith("(landed first)"))
     lines = [
         "| scenario | mode | store | crash points | exactly once | before-kills a write beat |",
         "|---|---|---|---:|---:|---:|",
     ]
-    for key in sorted(per):
-        lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {per[key]} | {per[key] - bad[key]} | "
-            f"{raced[key]} |"
-        )
+    for k in sorted(per):
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {per[k]} | {per[k] - bad[k]} | {raced[k]} |")
     return "\n".join(lines)
 
 
+def _combinations(stores: list[str]) -> list[tuple[str, str, str]]:
+    """Every (scenario, mode, store) the enumeration covers."""
+    return [
+        (name, mode or "-", store)
+        for name, scenario in sorted(SCENARIOS.items())
+        for mode in scenario.modes
+        for store in stores
+    ]
+
+
+def _page_runs(section: str) -> tuple[list[str], list[Row]]:
+    """The runs listed on the page, and the rows of its table of every crash point.
+
+    The enumeration takes hours: runs of some scenarios or stores add up on the page, each
+    replacing the rows of what it ran again.
+    """
+    runs = [line for line in section.splitlines() if line.startswith("- run ")]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == len(COLUMNS) and cells[0] != "scenario":
+            rows.append(dict(zip(COLUMNS, [c.strip("`") for c in cells], strict=True)))
+    return runs, rows
+
+
 def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str]) -> None:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    failed = sum(not o.ok for o in outcomes)
-    # A run of some stores, scenarios or one mode says so: it is not the whole enumeration.
-    command = "make crash-points"
-    if chosen:
-        command = " ".join(["python tests/crashpoints/run.py", *chosen])
-    body = (
-        f"{MARKERS[0]}\n\nThe latest run ({stamp}, `{command}`, {took_s / 60:.0f} min "
-        f"on 2 cores): {len(outcomes)} crash points, {len(outcomes) - failed} restarts ended "
-        f"exactly once.\n\n{_summary(outcomes)}\n\n<details><summary>Every crash point"
-        f"</summary>\n\n{_table(outcomes)}\n\n</details>\n\n{MARKERS[1]}"
-    )
     text = page.read_text()
     start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
+    earlier_runs, earlier_rows = _page_runs(text[start:end])
+    new_rows = [_row(o) for o in outcomes]
+    ran = {(r["scenario"], r["mode"], r["store"]) for r in new_rows}
+    rows = [r for r in earlier_rows if (r["scenario"], r["mode"], r["store"]) not in ran]
+    rows = sorted(rows + new_rows, key=lambda r: (r["scenario"], r["mode"], r["store"]))
+    command = (
+        " ".join(["python tests/crashpoints/run.py", *chosen]) if chosen else "make crash-points"
+    )
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    failed = sum(not o.ok for o in outcomes)
+    run = (
+        f"- run {stamp}, `{command}`, {took_s / 60:.0f} min on 2 cores: {len(outcomes)} crash "
+        f"points, {len(outcomes) - failed} restarts ended exactly once."
+    )
+    runs = [r for r in earlier_runs if f"`{command}`" not in r] + [run]
+    if not chosen:  # the whole enumeration: nothing earlier stands beside it
+        runs, rows = [run], new_rows
+    done = {(r["scenario"], r["mode"], r["store"]) for r in rows}
+    missing = [c for c in _combinations(["local", "s3"]) if c not in done]
+    left = (
+        "Not enumerated yet: " + ", ".join(f"{s} ({m}, {st})" for s, m, st in missing) + "."
+        if missing
+        else "Every scenario, in each of its modes, on both stores."
+    )
+    body = (
+        f"{MARKERS[0]}\n\nThe runs behind this table, the latest last:\n\n"
+        + "\n".join(runs)
+        + f"\n\n{left}\n\n{_summary(rows)}\n\n<details><summary>Every crash point"
+        f"</summary>\n\n{_table(rows)}\n\n</details>\n\n{MARKERS[1]}"
+    )
     page.write_text(text[:start] + body + text[end:])
-    (page.with_suffix(".json")).write_text(json.dumps([o.row() for o in outcomes], indent=1) + "\n")
 
 
 def main() -> int:
@@ -157,7 +205,7 @@ def main() -> int:
     for store in args.store or ["local", "s3"]:
         outcomes += _run_store(store, args, work / store)
     took = time.monotonic() - started
-    print("\n" + _summary(outcomes))
+    print("\n" + _summary([_row(o) for o in outcomes]))
     failed = [o for o in outcomes if not o.ok]
     for outcome in failed:
         print(
