@@ -12,6 +12,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+from s3_fixture import BUCKET, s3_uri
+from servers.s3 import put_object
 
 from lakesink import committed
 from lakesink.core import TransactionTimeout, TxnState, step_hook
@@ -702,6 +704,25 @@ def test_a_table_that_only_was_created_gets_its_journal_on_the_next_open(spark, 
     journal = table.parent / "_lakesink_journal"
     shutil.rmtree(journal)
     sink = open_sink(spark, table)
+    sink.write(rows(spark, [1, 2]))
+    sink.notify_checkpoint_complete(sink.prepare_commit())
+    sink.close()
+    assert visible_ids(spark, table) == [1, 2]
+    assert states(sink) == {1: {"committed"}}
+
+
+def test_a_creation_cut_short_on_a_store_that_keeps_emptied_folders_opens(spark, s3_server):
+    """Killed right after Hadoop's S3A made the new table's ``_delta_log/_staged_commits/``
+    (a folder marker), before Delta's first commit: a log with no commit. lakesink removed
+    it, but SeaweedFS, as a store with real folders does, still listed ``_delta_log/``,
+    and Delta's createIfNotExists took the folder for a table: every open after failed
+    with DELTA_TABLE_NOT_FOUND (found by ``make crash-points`` on S3)."""
+    table = f"{s3_uri('cut-short')}/orders"
+    key = table.removeprefix(f"s3a://{BUCKET}/")
+    put_object(s3_server, BUCKET, f"{key}/_delta_log/_staged_commits/", b"")
+    sink = DeltaSink.open(
+        spark, table, schema=SCHEMA, view_name=f"v_{key.split('/')[0].replace('-', '_')}"
+    )
     sink.write(rows(spark, [1, 2]))
     sink.notify_checkpoint_complete(sink.prepare_commit())
     sink.close()

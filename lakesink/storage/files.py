@@ -99,7 +99,7 @@ def has_files(location: str, *, but_uncommitted_log: bool = False) -> bool:
         else:
             store, key = object_store(location)
             listed = store.list_with_delimiter(_prefix(key))
-            names = {o["path"].rpartition("/")[2] for o in listed["objects"]}
+            names = {o["path"].rpartition("/")[2] for o in _contents(listed, key)}
             names |= {p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"]}
     if but_uncommitted_log and "_delta_log" in names and not is_delta_table(location):
         names.discard("_delta_log")
@@ -134,12 +134,19 @@ def folder_names(location: str) -> list[str]:
             )
         store, key = object_store(location)
         listed = store.list_with_delimiter(_prefix(key))
-        return sorted(o["path"].rpartition("/")[2] for o in listed["objects"])
+        return sorted(o["path"].rpartition("/")[2] for o in _contents(listed, key))
 
 
 def _prefix(key: str) -> str | None:
     # A folder's objects are listed by "key/"; a bucket's root by no prefix at all.
     return f"{key}/" if key else None
+
+
+def _contents(listed: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects of a folder's listing but the folder's own marker (``key/``, which
+    Hadoop's S3A writes for a folder it made or emptied, and object_store lists as
+    ``key``): it is the folder, not something in it."""
+    return [o for o in listed["objects"] if o["path"].rstrip("/") != key]
 
 
 def copy_file(source: str, target: str) -> None:

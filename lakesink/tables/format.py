@@ -68,7 +68,7 @@ from lakesink.errors import (
 )
 from lakesink.spark.sql import delta_path, quote_identifier, string_literal
 from lakesink.storage.files import has_files, is_delta_table, remove_folder
-from lakesink.storage.location import join, relative_to_parent, resolve_relative
+from lakesink.storage.location import is_uri, join, relative_to_parent, resolve_relative
 
 __all__ = [
     "CHECKPOINTS_FORMAT",
@@ -326,7 +326,11 @@ def ensure_sink_table(
         raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
     partition_by = tuple(partition_by or ())
     check_partition_columns(partition_by, schema)
-    check_new_folder(path, "the sink's table")
+    if check_new_folder(path, "the sink's table") and is_uri(path):
+        # Delta's createIfNotExists takes a folder that lists anything for a table. A store
+        # that keeps emptied folders (SeaweedFS) still lists _delta_log/ once its objects
+        # are gone; Hadoop's S3A deletes the folder itself, as it made it.
+        _delete_with_hadoop(spark, join(path, "_delta_log"))
     # The journal first: a crash before the table is made leaves a journal (a shared one
     # holds other sinks' events anyway), which the next open finds; the other way round
     # it would leave a table without its journal.
@@ -597,18 +601,26 @@ _UPGRADES = {
 }
 
 
-def check_new_folder(path: str, what: str) -> None:
+def _delete_with_hadoop(spark: SparkSession, folder: str) -> None:
+    jvm_path = spark._jvm.org.apache.hadoop.fs.Path(folder)  # type: ignore[union-attr]
+    jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(jvm_path, True)
+
+
+def check_new_folder(path: str, what: str) -> bool:
     """Refuse a folder that holds files, for a new table; clear a creation cut short.
 
     A Delta log without a commit is what a crash while a table was being created leaves
     (a temporary file, folders): Delta's ``createIfNotExists`` then fails on the folder
-    with DELTA_TABLE_NOT_FOUND, so the next creation removes it first.
+    with DELTA_TABLE_NOT_FOUND, so the next creation removes it first. Returns whether
+    there was one.
     """
     if has_files(path, but_uncommitted_log=True):
         raise TableNotFoundError(
             f"{path} exists and holds no Delta table; give {what} an empty or new folder"
         )
     log_folder = join(path, "_delta_log")
-    if has_files(path):
-        log.warning("%s: removing the Delta log of a table creation cut short", log_folder)
-        remove_folder(log_folder)
+    if not has_files(path):
+        return False
+    log.warning("%s: removing the Delta log of a table creation cut short", log_folder)
+    remove_folder(log_folder)
+    return True
