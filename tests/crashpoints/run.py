@@ -98,6 +98,11 @@ def _row(outcome: Outcome) -> Row:
     return {key: str(value) for key, value in outcome.row().items()}
 
 
+def _key(row: Row) -> tuple[str, str, str]:
+    """What a run enumerates together: a scenario, in one mode, on one store."""
+    return row["scenario"], row["mode"], row["store"]
+
+
 def _table(rows: list[Row]) -> str:
     lines = [
         "| " + " | ".join(COLUMNS) + " |",
@@ -111,12 +116,9 @@ def _table(rows: list[Row]) -> str:
 
 
 def _summary(rows: list[Row]) -> str:
-    def key(row: Row) -> tuple[str, str, str]:
-        return row["scenario"], row["mode"], row["store"]
-
-    per = Counter(map(key, rows))
-    bad = Counter(key(r) for r in rows if r["outcome"] != "exactly once")
-    raced = Counter(key(r) for r in rows if r["killed"].endswith("(landed first)"))
+    per = Counter(map(_key, rows))
+    bad = Counter(_key(r) for r in rows if r["outcome"] != "exactly once")
+    raced = Counter(_key(r) for r in rows if r["killed"].endswith("(landed first)"))
     lines = [
         "| scenario | mode | store | crash points | exactly once | before-kills a write beat |",
         "|---|---|---|---:|---:|---:|",
@@ -156,9 +158,8 @@ def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: li
     start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
     earlier_runs, earlier_rows = _page_runs(text[start:end])
     new_rows = [_row(o) for o in outcomes]
-    ran = {(r["scenario"], r["mode"], r["store"]) for r in new_rows}
-    rows = [r for r in earlier_rows if (r["scenario"], r["mode"], r["store"]) not in ran]
-    rows = sorted(rows + new_rows, key=lambda r: (r["scenario"], r["mode"], r["store"]))
+    ran = set(map(_key, new_rows))
+    rows = sorted([r for r in earlier_rows if _key(r) not in ran] + new_rows, key=_key)
     command = (
         " ".join(["python tests/crashpoints/run.py", *chosen]) if chosen else "make crash-points"
     )
@@ -171,7 +172,7 @@ def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: li
     runs = [r for r in earlier_runs if f"`{command}`" not in r] + [run]
     if not chosen:  # the whole enumeration: nothing earlier stands beside it
         runs, rows = [run], new_rows
-    done = {(r["scenario"], r["mode"], r["store"]) for r in rows}
+    done = set(map(_key, rows))
     missing = [c for c in _combinations(["local", "s3"]) if c not in done]
     left = (
         "Not enumerated yet: " + ", ".join(f"{s} ({m}, {st})" for s, m, st in missing) + "."
