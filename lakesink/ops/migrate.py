@@ -111,7 +111,7 @@ class MigrationPlan(_Plan):
     def _rewritten(self) -> str:
         return (
             f"{self.records} checkpoint record(s) of job(s) {', '.join(self.jobs) or 'none'} "
-            f"rewritten in format {CHECKPOINTS_FORMAT}; the old table is kept as "
+            f"rewritten in format {self.FORMAT}; the old table is kept as "
             "checkpoints.format1"
         )
 
@@ -181,7 +181,7 @@ class TableMigrationPlan(_Plan):
 
     def _rewritten(self) -> str:
         return (
-            f"{self.rows} row(s) rewritten from format {self.version} to {TABLE_FORMAT} "
+            f"{self.rows} row(s) rewritten from format {self.version} to {self.FORMAT} "
             f"(partitioned by {', '.join(LAKESINK_PARTITIONS)} first, partition values in "
             "the log and folders only)"
         )
