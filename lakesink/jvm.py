@@ -327,9 +327,14 @@ def start_daemon(
     else:
         failure = f"exited with code {code}"
     (folder / pid_name).unlink(missing_ok=True)
+    text = log_path.read_text(errors="replace")
+    # A daemon that fails keeps logging while it shuts down: its first error is the cause.
+    errors = [line for line in text.splitlines() if " ERROR " in line or "FATAL" in line][:3]
     raise ConfigurationError(
         f"{what} {failure}; see its log {log_path} (port taken?):\n"
-        f"{tail(log_path.read_text(errors='replace'))}"
+        + "".join(f"{line}\n" for line in errors)
+        + ("...\n" if errors else "")
+        + tail(text)
     )
 
 

@@ -14,24 +14,13 @@ import pytest
 from servers.cluster import free_port
 from servers.kafka import KafkaBroker, start_broker, stop_broker
 
-from lakesink.jvm import listening
-
-
-def _free_pair() -> int:
-    """A free port whose next one is free too (the broker takes both)."""
-    for _ in range(50):
-        port = free_port()
-        if port < 65535 and not listening("127.0.0.1", port + 1):
-            return port
-    raise RuntimeError("no two free neighbouring ports on 127.0.0.1")
-
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     folder = tmp_path_factory.mktemp("kafka")
     ivy = os.environ.get("LAKESINK_IVY_DIR")
     jars = Path(ivy).parent / "kafka-jars" if ivy else folder / "jars"
-    broker = start_broker(folder, port=_free_pair(), jars_dir=jars)
+    broker = start_broker(folder, port=free_port(span=2), jars_dir=jars)
     try:
         yield broker
     finally:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pyspark.find_spark_home import _find_spark_home
+from servers.cluster import free_port
 
 from lakesink.cli.exits import (
     EXIT_BAD_INPUT,
@@ -54,12 +54,6 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
 
 
 SPARK_BANNER = "Using Spark's default log4j profile"  # Spark's first line, on every start
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def lakesink(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,6 @@ embedded Derby metastore would refuse the second process.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers.cluster import free_port
 
 from lakesink.errors import ConfigurationError
 from lakesink.spark import metastore
@@ -69,12 +69,6 @@ READER = textwrap.dedent(
 STARTUP_TIMEOUT = 600  # a first run downloads the Delta jars
 READ_TIMEOUT = 600
 EXIT_TIMEOUT = 120
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

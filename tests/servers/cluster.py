@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import random
 import signal
 import socket
 import subprocess
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 7077
+# Ports for servers started by the tests come from here up to the ephemeral range.
+FIRST_SERVER_PORT = 10000
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 STATE_FILE = "cluster.json"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -172,11 +176,35 @@ def spark_home() -> Path:
     return home
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nothing listens on right now."""
+def free_port(host: str = LOOPBACK, *, span: int = 1) -> int:
+    """A TCP port nothing holds right now (with the ``span - 1`` ports after it), below the
+    kernel's range of ephemeral ports.
+
+    Not a port the kernel hands out for ``bind(0)``: that range is where every outgoing
+    connection takes its source port, and a server that binds late (the Kafka broker binds
+    its port some 20 s after it starts) would race the suite's other tests, which open
+    thousands of connections, for it.
+    """
+    low, high = (int(n) for n in Path(EPHEMERAL_RANGE).read_text().split())
+    start, stop = max((FIRST_SERVER_PORT, low), (high + 1, 65536), key=lambda r: r[1] - r[0])
+    pick = random.SystemRandom()  # not the seeded one: parallel workers would pick alike
+    for _ in range(200 if stop - start > span else 0):
+        port = pick.randrange(start, stop - span + 1)
+        if all(_bindable(host, port + k) for k in range(span)):
+            return port
+    raise ConfigurationError(
+        f"no {span} free neighbouring TCP ports on {host} outside the ephemeral ports "
+        f"{low}-{high} ({EPHEMERAL_RANGE})"
+    )
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def submit_command(
