@@ -19,6 +19,7 @@ from lakesink import Table, committed
 from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
+from lakesink.ops.compact import MAX_FILE_BYTES, MIN_FILE_BYTES, file_target
 from lakesink.ops.vacuum import RETENTION_CHECK_CONF, vacuum
 from lakesink.tables.format import PENDING, TXN_ID, VISIBLE
 from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
@@ -312,6 +313,33 @@ def test_vacuum_compacts_the_committed_rows_and_the_journal_unless_told_not_to(s
     sink.notify_checkpoint_complete(pending)  # the pending rows still commit
     assert sorted(r.order_id for r in committed(spark, str(table)).collect()) == [1, 2, 3, 4, 5, 6]
     sink.close()
+
+
+@pytest.mark.slow
+def test_a_part_worth_several_files_compacts_into_one_file_per_core(spark, tmp_path):
+    # Delta's own target (1 GiB) would leave this part one file, read by one core.
+    table = str(tmp_path / "wide")
+    schema, size = "id BIGINT, digest STRING", 40_000  # hex digests: 1.5 MB a checkpoint
+    sink = DeltaSink.open(spark, table, schema=schema, view_name="v_wide", commit="metadata")
+    for start in range(0, 8 * size, size):
+        rows = spark.range(start, start + size).selectExpr("id", "sha2(CAST(id AS STRING), 256)")
+        sink.write(rows.toDF("id", "digest"))
+        sink.notify_checkpoint_complete(sink.prepare_commit())
+    sink.close()
+    cores = spark.sparkContext.defaultParallelism
+    (part,) = [c for c in vacuum(spark, table, compact_min_files=2).compaction if c.path == table]
+    assert part.bytes_before > cores * MIN_FILE_BYTES  # worth a file per core
+    assert (part.files_removed, part.files_added) == (part.files_before, cores)
+    assert len(committed(spark, table).inputFiles()) == cores
+    assert committed(spark, table).count() == 8 * size
+
+
+def test_compacted_files_are_a_share_of_the_part_per_core_within_bounds():
+    mib = 1 << 20
+    assert file_target(3 * mib, 2) == MIN_FILE_BYTES  # too small to split
+    assert 10 * mib < file_target(20 * mib, 2) < 20 * mib / 1.5  # two files
+    assert file_target(100 << 30, 4) == MAX_FILE_BYTES  # Delta's own target
+    assert file_target(0, 0) == MIN_FILE_BYTES
 
 
 def test_aborted_after_a_pre_commit_goes_but_aborted_after_a_commit_decision_stays(spark, table):

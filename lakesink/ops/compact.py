@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from lakesink.spark.settings import labelled, session_commit_metadata
+from lakesink.spark.settings import labelled, session_commit_metadata, session_conf
 from lakesink.spark.sql import delta_path
 from lakesink.storage.files import is_delta_table
-from lakesink.tables.deltars import file_count
+from lakesink.tables.deltars import file_sizes
 from lakesink.tables.format import COMMITTED_ROWS, commit_metadata
 
 __all__ = ["MIN_FILES", "Compaction", "compact", "plan_compaction"]
@@ -38,6 +38,14 @@ log = logging.getLogger(__name__)
 # Below this many files a part is left alone: readers barely notice a few files, and an
 # OPTIMIZE costs Spark jobs (seconds) even when it finds nothing to merge.
 MIN_FILES = 8
+# Delta's OPTIMIZE aims at files of 1 GiB, so a part smaller than that becomes one file,
+# which every reader then scans with one task however many cores it has: compacted that
+# way, a table of a million rows read 1.2x slower than the same rows in two files. Files of
+# an even share of the part per core keep every core reading, as the rows' first writer
+# did; never under what Spark reckons opening a file costs (below it, more files cost more
+# than they spread), never over Delta's 1 GiB.
+MAX_FILE_BYTES = 1 << 30
+MIN_FILE_BYTES = 4 << 20  # spark.sql.files.openCostInBytes' default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +58,7 @@ class Compaction:
         predicate: The part of the table OPTIMIZE compacts (empty: all of it).
         files_before: Data files in the compacted part when it is compacted (a plan
             counts in those its run adds first).
+        bytes_before: Their bytes when planned (what sizes the files OPTIMIZE writes).
         files_removed: Files OPTIMIZE rewrote (0 in a dry run, or when nothing was small).
         files_added: The files it wrote in their place.
     """
@@ -58,6 +67,7 @@ class Compaction:
     what: str
     predicate: str = ""
     files_before: int
+    bytes_before: int = 0
     files_removed: int = 0
     files_added: int = 0
 
@@ -77,20 +87,24 @@ def plan_compaction(
     run would rewrite.
     """
     added = added or {}
+    committed = file_sizes(table_path, COMMITTED_ROWS)
     parts = [
         Compaction(
             path=table_path,
             what="committed rows",
             predicate=COMMITTED_ROWS.sql(),
-            files_before=file_count(table_path, COMMITTED_ROWS) + added.get("committed rows", 0),
+            files_before=len(committed) + added.get("committed rows", 0),
+            bytes_before=sum(committed),
         )
     ]
     if journal_path and is_delta_table(journal_path):
+        journal = file_sizes(journal_path)
         parts.append(
             Compaction(
                 path=journal_path,
                 what="journal",
-                files_before=file_count(journal_path) + added.get("journal", 0),
+                files_before=len(journal) + added.get("journal", 0),
+                bytes_before=sum(journal),
             )
         )
     for part in parts:
@@ -111,7 +125,16 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
     for part in plan:
         where = f" WHERE {part.predicate}" if part.predicate else ""
         metadata = commit_metadata("compact", sink_id)
-        with session_commit_metadata(spark, metadata), labelled(spark, sink_id, None, "compact"):
+        target = file_target(part.bytes_before, spark.sparkContext.defaultParallelism)
+        sizes = {  # files of half the target or more are left as they are
+            "spark.databricks.delta.optimize.maxFileSize": str(target),
+            "spark.databricks.delta.optimize.minFileSize": str(target // 2),
+        }
+        with (
+            session_commit_metadata(spark, metadata),
+            session_conf(spark, sizes),
+            labelled(spark, sink_id, None, "compact"),
+        ):
             metrics = spark.sql(f"OPTIMIZE {delta_path(part.path)}{where}").first()
         stats = metrics["metrics"] if metrics else None
         removed = int(stats["numFilesRemoved"]) if stats else 0
@@ -126,3 +149,14 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
         )
         done.append(dataclasses.replace(part, files_removed=removed, files_added=added))
     return done
+
+
+def file_target(part_bytes: int, cores: int) -> int:
+    """The size of the files a compaction of ``part_bytes`` writes for readers of ``cores``
+    cores: a share per core, within ``MIN_FILE_BYTES`` and Delta's 1 GiB."""
+    cores = max(1, cores)
+    # A bin closes once the next file would overflow it, so bins of exactly a share would
+    # leave a sliver more files than cores; 5% of slack takes it up when the files are small,
+    # which is when compaction runs.
+    share = -(-part_bytes // cores) + part_bytes // 20
+    return max(MIN_FILE_BYTES, min(MAX_FILE_BYTES, share))

@@ -54,7 +54,7 @@ __all__ = [
     "arrow_dataset",
     "delta_table",
     "ensure_log_table",
-    "file_count",
+    "file_sizes",
     "has_sink_history",
     "partition_files",
     "read_log_rows",
@@ -204,13 +204,17 @@ def has_sink_history(path: str) -> bool:
     return any(entry.lakesink is not None for entry in read_history(path))
 
 
-def file_count(path: str, rows: RowFilter | None = None) -> int:
-    """The data files of the Delta table at ``path`` (of the partitions ``rows`` selects,
-    if given)."""
-    filters = rows.partition_filters() if rows is not None else None
+def file_sizes(path: str, rows: RowFilter | None = None) -> list[int]:
+    """The sizes in bytes of the data files of the Delta table at ``path`` (of the
+    partitions ``rows`` selects, if given), as its log lists them."""
     table = delta_table(path)
     with translated(path):
-        return len(table.file_uris(file_pruning_predicate=filters))
+        actions = pa.table(table.get_add_actions(flatten=False))
+    if "size_bytes" not in actions.column_names:  # no file at all
+        return []
+    if rows is not None:
+        actions = actions.filter(rows.expression(within="partition"))
+    return [int(size) for size in actions.column("size_bytes").to_pylist()]
 
 
 @dataclass(frozen=True)
