@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 7077
-# Ports for servers started by the tests come from here up to the ephemeral range.
+# Ports for servers started by the tests come from here up to the ephemeral range (or above it).
 FIRST_SERVER_PORT = 10000
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 STATE_FILE = "cluster.json"
@@ -177,8 +177,8 @@ def spark_home() -> Path:
 
 
 def free_port(host: str = LOOPBACK, *, span: int = 1) -> int:
-    """A TCP port nothing holds right now (with the ``span - 1`` ports after it), below the
-    kernel's range of ephemeral ports.
+    """A TCP port nothing holds right now (with the ``span - 1`` ports after it), outside
+    the kernel's range of ephemeral ports (below it, or above it where that leaves more).
 
     Not a port the kernel hands out for ``bind(0)``: that range is where every outgoing
     connection takes its source port, and a server that binds late (the Kafka broker binds
