@@ -67,7 +67,7 @@ class Compaction:
     what: str
     predicate: str = ""
     files_before: int
-    bytes_before: int = 0
+    bytes_before: int
     files_removed: int = 0
     files_added: int = 0
 
