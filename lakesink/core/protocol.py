@@ -70,17 +70,7 @@ from lakesink.errors import (
     UnknownCheckpointError,
 )
 
-__all__ = [
-    "Clock",
-    "LoggedTransaction",
-    "SinkState",
-    "SystemClock",
-    "TransactionHolder",
-    "TransactionLog",
-    "TransactionTimeout",
-    "TwoPhaseCommitSink",
-    "TxnState",
-]
+__all__ = ["Clock", "SystemClock", "TransactionTimeout", "TwoPhaseCommitSink"]
 
 log = logging.getLogger(__name__)
 

@@ -49,6 +49,7 @@ from lakesink.tables.format import (
     commit_metadata,
     pending_txn_rows,
 )
+from lakesink.tables.journal import transaction_fields
 
 __all__ = [
     "Committable",
@@ -84,13 +85,7 @@ class Committable:
     @property
     def metadata(self) -> str:
         """The ``userMetadata`` of its commit, which the table's history shows."""
-        return commit_metadata(
-            "commit",
-            self.sink_id,
-            checkpoint_id=self.checkpoint_id,
-            txn_id=self.txn_id,
-            writer_id=self.writer_id,
-        )
+        return commit_metadata("commit", self.sink_id, **transaction_fields(self))
 
     @property
     def what(self) -> str:

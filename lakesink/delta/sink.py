@@ -104,7 +104,12 @@ from lakesink.tables.format import (
     ensure_sink_table,
 )
 from lakesink.tables.history import find_commit, table_version
-from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
+from lakesink.tables.journal import (
+    Journal,
+    JournalEntry,
+    default_journal_path,
+    transaction_fields,
+)
 
 if TYPE_CHECKING:
     from lakesink.core.validation import ValidationReport
@@ -354,11 +359,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         """What this writer hands its committer for a pre-committed transaction."""
         progress = self._progress.get(transaction.txn_id)
         return Committable(
+            **transaction_fields(transaction),
             table=self.path,
             sink_id=self.sink_id,
-            checkpoint_id=transaction.checkpoint_id,
-            txn_id=transaction.txn_id,
-            writer_id=transaction.writer_id,
             rows=progress.rows if progress else None,
         )
 
@@ -667,25 +670,16 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def _entry(self, transaction: DeltaTransaction, state: TxnState, **extra: Any) -> JournalEntry:
         return JournalEntry(
+            **transaction_fields(transaction),
             sink_id=self.sink_id,
             table_path=self.path,
-            checkpoint_id=transaction.checkpoint_id,
-            txn_id=transaction.txn_id,
-            writer_id=transaction.writer_id,
             state=state,
             event_time=datetime.fromtimestamp(self._clock.millis() / 1000, tz=timezone.utc),
             **extra,
         )
 
     def _metadata(self, operation: str, transaction: DeltaTransaction, **detail: object) -> str:
-        return commit_metadata(
-            operation,
-            self.sink_id,
-            checkpoint_id=transaction.checkpoint_id,
-            txn_id=transaction.txn_id,
-            writer_id=transaction.writer_id,
-            **detail,
-        )
+        return commit_metadata(operation, self.sink_id, **transaction_fields(transaction), **detail)
 
     def _step(self, name: str, transaction: DeltaTransaction) -> None:
         if self._step_hook is not None:

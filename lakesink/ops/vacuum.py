@@ -65,7 +65,13 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
 from lakesink.tables.deltars import PartitionFiles, partition_files
 from lakesink.tables.format import PENDING, commit_metadata, pending_txn_rows, read_sink_table
-from lakesink.tables.journal import VACUUMED_PREFIX, Journal, JournalEntry, TransactionStatus
+from lakesink.tables.journal import (
+    VACUUMED_PREFIX,
+    Journal,
+    JournalEntry,
+    TransactionStatus,
+    transaction_fields,
+)
 
 __all__ = [
     "VacuumPlan",
@@ -445,13 +451,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         skipped.extend(late)
     for s in plan.unpublished:
         MetadataCommitter().commit(
-            Committable(
-                table=plan.table_path,
-                sink_id=plan.sink_id,
-                checkpoint_id=s.checkpoint_id,
-                txn_id=s.txn_id,
-                writer_id=s.writer_id,
-            )
+            Committable(**transaction_fields(s), table=plan.table_path, sink_id=plan.sink_id)
         )
     rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
     if targets:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -45,12 +45,15 @@ __all__ = [
     "VACUUMED_PREFIX",
     "Journal",
     "JournalEntry",
+    "TransactionFields",
+    "TransactionId",
     "TransactionStatus",
     "check_owner",
     "default_journal_path",
     "fold",
     "fold_events",
     "read_transactions",
+    "transaction_fields",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,30 @@ log = logging.getLogger(__name__)
 JOURNAL_ENV = "LAKESINK_JOURNAL"
 # The detail of the aborted event that says a transaction's rows were removed.
 VACUUMED_PREFIX = "vacuumed:"
+
+
+class TransactionId(Protocol):
+    """What names a transaction wherever it is handled: a writer's handle, a folded status."""
+
+    @property
+    def checkpoint_id(self) -> int: ...
+    @property
+    def txn_id(self) -> str: ...
+    @property
+    def writer_id(self) -> str: ...
+
+
+class TransactionFields(TypedDict):
+    """The fields that name a transaction, as keyword arguments for a record of it."""
+
+    checkpoint_id: int
+    txn_id: str
+    writer_id: str
+
+
+def transaction_fields(txn: TransactionId) -> TransactionFields:
+    """``txn``'s naming fields, for the journal event, committable or commit metadata of it."""
+    return {"checkpoint_id": txn.checkpoint_id, "txn_id": txn.txn_id, "writer_id": txn.writer_id}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,11 +148,9 @@ class TransactionStatus:
     ) -> JournalEntry:
         """A new event of this transaction (what an operator or the vacuum journals)."""
         return JournalEntry(
+            **transaction_fields(self),
             sink_id=self.sink_id,
             table_path=table_path,
-            checkpoint_id=self.checkpoint_id,
-            txn_id=self.txn_id,
-            writer_id=self.writer_id,
             state=state,
             event_time=event_time,
             **extra,
