@@ -12,6 +12,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+from jvm_log import jvm_log
+from pyspark.sql import functions as F
 from s3_fixture import BUCKET, s3_uri
 from servers.s3 import put_object
 
@@ -529,6 +531,29 @@ def test_the_commit_writes_in_parallel_and_puts_the_session_settings_back(spark,
         sink.close()
     finally:
         spark.conf.unset(writers)
+
+
+FALLBACK_TO_SORT = "Fall back from concurrent writers to sort-based sequential writer"
+
+
+def test_the_pre_commit_and_the_merge_write_their_rows_unsorted(spark, table, tmp_path):
+    """Spark's concurrent writers sort a task's remaining rows once the files open reach
+    ``maxConcurrentOutputFileWriters``: at 1, every append into the transaction's partition
+    and every MERGE into the committed one sorted its rows after the first (15% of a
+    10M-row pre-commit)."""
+    sink = open_sink(spark, table)
+    with jvm_log(spark) as log:
+        sink.write(rows(spark, range(2000)).repartition(2))
+        sink.notify_checkpoint_complete(sink.prepare_commit())
+        # The control: a partitioned append with the limit at 1 falls back, and says so.
+        with session_conf(spark, {"spark.sql.maxConcurrentOutputFileWriters": "1"}):
+            control = rows(spark, range(2000)).repartition(2).withColumn("part", F.lit("a"))
+            control.write.format("delta").partitionBy("part").save(str(tmp_path / "control"))
+    assert log.text.count(FALLBACK_TO_SORT) == 2  # the control's two tasks, and no more
+    # The sink's append and MERGE were logged while captured.
+    assert log.text.count(f"to file:{table}/_delta_log") >= 2
+    assert visible_ids(spark, table) == list(range(2000))
+    sink.close()
 
 
 def test_threads_sharing_a_session_take_turns_to_set_its_conf(spark):

@@ -41,9 +41,11 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # sorts a partitioned write's rows by partition before writing them, and Delta's MERGE first
 # shuffles its output into one task per partition: a pass over all the rows each, and the
 # shuffle leaves one task to write them all. With them, each task writes its rows straight
-# into its partition, and sorts only when it meets more than one.
+# into its partition. Spark's concurrent writers fall back to sorting the task's remaining
+# rows as soon as the files open reach the limit, so the limit is 2: at 1, the first file
+# opened already reached it, and every task sorted all its rows but one.
 WRITE_SETTINGS = {
-    "spark.sql.maxConcurrentOutputFileWriters": "1",
+    "spark.sql.maxConcurrentOutputFileWriters": "2",
     "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false",
 }
 # Rows a commit's MERGE shuffles in one task before it is worth spreading them over cores.
