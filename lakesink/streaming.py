@@ -22,6 +22,7 @@ module is the Spark side: the commit log, the listener, the ``foreachBatch`` cal
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -144,6 +145,7 @@ class StreamingSink:
         """What both constructors do: recover the sinks from the query's commit log."""
         self.spark = spark
         self.checkpoint_location = checkpoint_location
+        _drop_unfinished_first_entries(spark, checkpoint_location)
         self._process = process or _write_to_the_only_sink
         self._driver = MicroBatchDriver(
             sinks,
@@ -198,6 +200,39 @@ def recorded_batch(spark: SparkSession, checkpoint_location: str) -> int:
     """The last batch id in a query's commit log (``commits/``), -1 before the first."""
     names = _list(spark, f"{checkpoint_location.rstrip('/')}/commits")
     return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+# Spark writes each entry of a query's offsets and commit logs to a hidden file beside it,
+# then renames it into place (``CheckpointFileManager.createAtomic``); on a local file
+# system the temporary file may have a checksum file of its own.
+_UNFINISHED_ENTRY = re.compile(r"\.{1,2}\d+\.[0-9a-f-]{36}\.tmp(\.crc)?")
+
+
+def _drop_unfinished_first_entries(spark: SparkSession, checkpoint_location: str) -> None:
+    """Remove what a run killed while Spark wrote its very first log entry left behind.
+
+    Before its first offsets entry, Spark refuses a checkpoint location whose ``offsets``
+    or ``commits`` folder holds any file at all (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``,
+    spark.sql.streaming.verifyCheckpointDirectoryEmptyOnStart), so such a leftover stopped
+    every later run of the query. A temporary entry is never read; once an offsets entry
+    exists, Spark resumes from it and leftovers do not matter, so nothing is touched then.
+    """
+    root = checkpoint_location.rstrip("/")
+    if any(name.isdigit() for name in _list(spark, f"{root}/offsets")):
+        return
+    jvm = spark._jvm
+    for folder in ("offsets", "commits"):
+        for name in _list(spark, f"{root}/{folder}"):
+            if _UNFINISHED_ENTRY.fullmatch(name):
+                path = jvm.org.apache.hadoop.fs.Path(f"{root}/{folder}/{name}")  # type: ignore[union-attr]
+                path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, False)
+                log.warning(
+                    "%s/%s: removed %s, left by a run killed while Spark wrote its first "
+                    "entry (Spark refuses to start a query on it)",
+                    root,
+                    folder,
+                    name,
+                )
 
 
 def _write_to_the_only_sink(batch: DataFrame, sinks: Mapping[str, DeltaSink]) -> None:

@@ -53,6 +53,9 @@ SUBSET = [
     ),
     # Spark recorded the batch (its commit log), lakesink had not committed it yet.
     ("micro-batch", "metadata", "local", CrashPoint("after", pattern=r"^state/ingest/commits/0$")),
+    # Spark's first offsets entry written, not yet renamed into place: Spark refused the
+    # location at every restart until lakesink removed the leftover.
+    ("micro-batch", "merge", "local", CrashPoint("before", pattern=r"^state/ingest/offsets/0$")),
     ("micro-batch", "merge", "s3", CrashPoint("after", pattern=r"^state/ingest/commits/0$")),
     # The checkpoint is recorded and published in orders, not yet in totals.
     (
