@@ -218,11 +218,12 @@ def _drop_unfinished_first_entries(spark: SparkSession, checkpoint_location: str
     exists, Spark resumes from it and leftovers do not matter, so nothing is touched then.
     """
     root = checkpoint_location.rstrip("/")
-    if any(name.isdigit() for name in _list(spark, f"{root}/offsets")):
+    listed = {folder: _list(spark, f"{root}/{folder}") for folder in ("offsets", "commits")}
+    if any(name.isdigit() for name in listed["offsets"]):
         return
     jvm = spark._jvm
-    for folder in ("offsets", "commits"):
-        for name in _list(spark, f"{root}/{folder}"):
+    for folder, names in listed.items():
+        for name in names:
             if _UNFINISHED_ENTRY.fullmatch(name):
                 path = jvm.org.apache.hadoop.fs.Path(f"{root}/{folder}/{name}")  # type: ignore[union-attr]
                 path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, False)
