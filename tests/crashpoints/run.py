@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,6 +154,19 @@ def _page_runs(section: str) -> tuple[list[str], list[Row]]:
     return runs, rows
 
 
+def _code_commit() -> str:
+    """The commit whose code the run enumerated: rows of several runs add up on the page, and
+    a row enumerated before a fix to lakesink does not speak for the code after it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "lakesink", "jobs", "tests/crashpoints")
+    return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes" if changed else "")
+
+
 def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str]) -> None:
     text = page.read_text()
     start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
@@ -166,8 +180,8 @@ def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: li
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     failed = sum(not o.ok for o in outcomes)
     run = (
-        f"- run {stamp}, `{command}`, {took_s / 60:.0f} min on 2 cores: {len(outcomes)} crash "
-        f"points, {len(outcomes) - failed} restarts ended exactly once."
+        f"- run {stamp} at {_code_commit()}, `{command}`, {took_s / 60:.0f} min on 2 cores: "
+        f"{len(outcomes)} crash points, {len(outcomes) - failed} restarts ended exactly once."
     )
     runs = [r for r in earlier_runs if f"`{command}`" not in r] + [run]
     if not chosen:  # the whole enumeration: nothing earlier stands beside it
