@@ -167,7 +167,9 @@ def _code_commit() -> str:
     return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes" if changed else "")
 
 
-def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str]) -> None:
+def _write_report(
+    page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str], commit: str
+) -> None:
     text = page.read_text()
     start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
     earlier_runs, earlier_rows = _page_runs(text[start:end])
@@ -180,7 +182,7 @@ def _write_report(page: Path, outcomes: list[Outcome], took_s: float, chosen: li
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     failed = sum(not o.ok for o in outcomes)
     run = (
-        f"- run {stamp} at {_code_commit()}, `{command}`, {took_s / 60:.0f} min on 2 cores: "
+        f"- run {stamp} at {commit}, `{command}`, {took_s / 60:.0f} min on 2 cores: "
         f"{len(outcomes)} crash points, {len(outcomes) - failed} restarts ended exactly once."
     )
     runs = [r for r in earlier_runs if f"`{command}`" not in r] + [run]
@@ -215,6 +217,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("JAVA_TOOL_OPTIONS", java_options())  # as the tests' JVMs
     work = args.work or Path(tempfile.mkdtemp(prefix="lakesink-crash-points-"))
+    commit = _code_commit()  # at the start: the tree may move on during hours of runs
     started = time.monotonic()
     outcomes: list[Outcome] = []
     for store in args.store or ["local", "s3"]:
@@ -233,7 +236,7 @@ def main() -> int:
             for option, values in (("store", args.store), ("scenario", args.scenario))
             for value in values or []
         ] + ([f"--mode {args.mode}"] if args.mode else [])
-        _write_report(args.report, outcomes, took, chosen)
+        _write_report(args.report, outcomes, took, chosen, commit)
     print(
         f"{len(outcomes)} crash points, {len(failed)} failed, {took / 60:.0f} min; runs in {work}"
     )
