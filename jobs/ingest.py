@@ -38,7 +38,7 @@ from pyspark.sql.streaming import StreamingQuery
 from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
 from lakesink.cli.spark_output import add_spark_options, jvm_output
-from lakesink.delta.modes import COMMIT_MODES
+from lakesink.tables.format import COMMIT_MODES
 from lakesink.errors import ConfigurationError, LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
@@ -144,10 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--commit",
         choices=COMMIT_MODES,
-        default="merge",
-        help="how a checkpoint is made visible: a Delta MERGE that rewrites its rows "
-        "(default), or a metadata commit that moves its files into the committed partition "
-        "(milliseconds; see the README's commit modes)",
+        default=None,
+        help="how a new table's checkpoints are made visible: a Delta MERGE that writes "
+        "their rows into the committed partition (default), or a metadata commit that moves "
+        "their files there (milliseconds; see the README's commit modes); an existing "
+        "table commits its own way, recorded when it was created",
     )
     parser.add_argument(
         "--suite",

@@ -29,6 +29,7 @@ from lakesink.errors import UnknownCheckpointError
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import cut_version
 from lakesink.tables.deltars import read_sink_table_log
+from lakesink.tables.format import published_path
 from lakesink.tables.history import first_versions, read_history
 from lakesink.tables.journal import TransactionStatus
 
@@ -39,11 +40,11 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lakesink.core.validation import ValidationReport
-    from lakesink.delta.modes import CommitMode
     from lakesink.ops.audit import AuditReport
     from lakesink.ops.status import SinkStatus
     from lakesink.ops.vacuum import VacuumReport
     from lakesink.spark.validation import ValidationGate
+    from lakesink.tables.format import CommitMode
 
 __all__ = ["Checkpoint", "Table"]
 
@@ -90,6 +91,13 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.path!r})"
+
+    @property
+    def published(self) -> str:
+        """Its published table: a plain Delta table of the committed rows and the user's
+        columns, over the same files, for any engine that reads Delta by path (DuckDB's
+        ``delta_scan``, polars' ``scan_delta``, Daft, Trino, Spark)."""
+        return published_path(self.path)
 
     @property
     def schema(self) -> StructType:
@@ -178,12 +186,13 @@ class Table:
     # ------------------------------------------------------------------ operations
 
     def commit(
-        self, spark: SparkSession, checkpoint_id: int, *, mode: CommitMode = "merge"
+        self, spark: SparkSession, checkpoint_id: int, *, mode: CommitMode | None = None
     ) -> list[TransactionStatus]:
         """Publish a pending or held checkpoint by hand (its writers must be stopped).
 
-        ``mode`` as ``SinkOptions.commit``: ``"merge"`` rewrites the rows into the committed
-        partition, ``"metadata"`` moves their files into it (no row rewritten).
+        ``mode`` as ``SinkOptions.commit``: by default the table's own (``merge`` rewrites
+        the rows into the committed partition, ``metadata`` moves their files into it);
+        given, it must be the table's.
         A checkpoint already committed is left as it is, and its transactions are returned
         (a retry of a commit that landed succeeds).
 

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
-from lakesink.core.cut import record_cut
+from lakesink.core.cut import form_group, record_cut
 from lakesink.core.hook import current_step_hook
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
@@ -179,6 +179,7 @@ class CheckpointCoordinator(Generic[DataT]):
         # One live process per job: a second one would consume the same input twice.
         self._lock = store.job_lock(job_id)
         self._lock.acquire()
+        form_group(self.group_id, self.sinks.values())
         try:
             self.last = store.latest(job_id)
             used = max(

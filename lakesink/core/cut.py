@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Cut", "CutMember", "CutStore", "CutTable", "record_cut"]
+__all__ = ["Cut", "CutMember", "CutStore", "CutTable", "form_group", "record_cut"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,19 @@ class CutMember(Protocol):
 
     def show_cut(self, cut: Cut) -> None:
         """Make the recorded cut what this table's readers by name see (views)."""
+
+    def join_group(self, group_id: str) -> None:
+        """Be told, before its first write, that it is one of a group's tables (what it
+        writes may then need to say which checkpoint it belongs to)."""
+
+
+def form_group(group_id: str, sinks: Iterable[Any]) -> None:
+    """Tell the sinks that can be cut that they are a group (two or more of them), before
+    any of them writes: each commit of theirs will then be recorded in a cut."""
+    members = [s for s in sinks if isinstance(s, CutMember)]
+    if len(members) >= 2:
+        for member in members:
+            member.join_group(group_id)
 
 
 def record_cut(group_id: str, checkpoint_id: int, sinks: Iterable[Any]) -> Cut | None:

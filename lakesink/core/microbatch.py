@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from lakesink.core.checkpointing import commit_all, pre_commit_all
-from lakesink.core.cut import record_cut
+from lakesink.core.cut import form_group, record_cut
 from lakesink.core.hook import StepHook
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
@@ -81,6 +81,7 @@ class MicroBatchDriver(Generic[SinkT]):
         self._step_hook = step_hook
         self._lock = threading.RLock()
         last = recorded()
+        form_group(self.group_id, self.sinks.values())
         try:
             for name, sink in self.sinks.items():
                 _check_not_behind(name, sink, last, where)

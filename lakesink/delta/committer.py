@@ -8,11 +8,17 @@ publishing again what a commit left behind. The group's **global committer**, wh
 publishes a checkpoint in every table of a group and then records the group's cut, is
 ``lakesink.core.checkpointing.commit_all``.
 
-- ``MergeCommitter``: one MERGE keyed on the checkpoint id and the transaction id, which
-  moves the rows from the transaction's pending partition into the committed one (retried
-  on write conflicts). Run again, it finds nothing left there and changes nothing.
+- ``MergeCommitter``: one MERGE that writes the transaction's rows into the committed
+  partition, stamped with their checkpoint id, then one delta-rs commit that releases its
+  pending files (``lakesink.delta.publish.release``). The MERGE inserts only: it reads the
+  pending rows once and writes them once, where a MERGE that matched them would first
+  join every row to find their files, which lakesink knows (the transaction's partition).
+  It is idempotent by Delta's own ``txnAppId``/``txnVersion``, keyed on the checkpoint id.
 - ``MetadataCommitter``: one delta-rs commit that moves the transaction's files into the
   committed partition, no byte written again (``lakesink.delta.publish``).
+
+Both record a Delta ``txn`` action (app id: the writer's commits, version: the checkpoint
+id), so any Delta tool reads each writer's newest published checkpoint.
 
 A committer raises ``CommitFailedError`` when the commit surely did not happen (retry it),
 ``CommitStateUnknownError`` when it may have (the next, idempotent, commit settles it).
@@ -20,16 +26,19 @@ A committer raises ``CommitFailedError`` when the commit surely did not happen (
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakesink.delta.modes import COMMIT_MODES, CommitMode
-from lakesink.delta.publish import publish
-from lakesink.errors import CommitFailedError, CommitStateUnknownError, ConfigurationError
+from lakesink.delta.publish import pending_files, publish, release
+from lakesink.errors import CommitFailedError, CommitStateUnknownError
 from lakesink.spark.settings import (
     USER_METADATA_CONF,
     WRITE_SETTINGS,
@@ -40,15 +49,21 @@ from lakesink.spark.settings import (
     retry_on_conflict,
     session_conf,
 )
-from lakesink.spark.sql import delta_path, string_literal
+from lakesink.spark.sql import delta_path, quote_identifier
 from lakesink.storage.access import access_error
+from lakesink.tables.deltars import delta_table
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
     VISIBLE,
+    CommitMode,
+    check_commit_mode,
     commit_metadata,
     pending_txn_rows,
+    user_columns,
+    writer_app_id,
 )
+from lakesink.tables.history import last_operation
 from lakesink.tables.journal import transaction_fields
 
 __all__ = [
@@ -87,6 +102,13 @@ class Committable:
         """The ``userMetadata`` of its commit, which the table's history shows."""
         return commit_metadata("commit", self.sink_id, **transaction_fields(self))
 
+    def operation(self, name: str) -> dict[str, Any]:
+        """The ``userMetadata`` of another of its steps (``release``), as a mapping."""
+        found: dict[str, Any] = json.loads(
+            commit_metadata(name, self.sink_id, **transaction_fields(self))
+        )
+        return found
+
     @property
     def what(self) -> str:
         return f"the commit of checkpoint {self.checkpoint_id} of {self.table}"
@@ -110,56 +132,124 @@ class Committer(ABC):
 
 
 class MergeCommitter(Committer):
-    """Publishes by a MERGE keyed on the checkpoint and transaction id (Delta's own commit
-    checks guard it); retries write conflicts as ``retry`` says."""
+    """Publishes by an insert-only MERGE, idempotent by Delta's ``txnAppId``/``txnVersion``,
+    then releases the pending files; retries write conflicts as ``retry`` says.
+
+    Failure scenarios it handles:
+
+    1. A crash (or a lost answer) after the MERGE, before the release: the writer's
+       commits' txn version is the checkpoint's, so the next commit knows the rows are in,
+       skips the MERGE and releases.
+    2. The same, but the writer committed later checkpoints in between (the release
+       failed, its commit raised, and the next checkpoint's commit went on): the log,
+       read back to the transaction's writes, shows its MERGE; it releases.
+    3. A checkpoint committed after later ones of its writer (a held checkpoint an
+       operator publishes): Delta would skip a MERGE whose version is below the writer's
+       newest, so this one records its own app id (the writer's and the transaction's).
+    4. Two committers of one transaction at once (each holds the writer's lock, so only
+       if the locks failed): one app id, so Delta lets one MERGE commit and fails or skips
+       the other, which reads the table again.
+    5. The release conflicts with another commit: it reads the table again and releases
+       what is left, which may be nothing.
+    """
 
     def __init__(self, spark: SparkSession, *, retry: CommitRetry | None = None) -> None:
         self.spark = spark
         self.retry = retry or CommitRetry()
 
     def commit(self, committable: Committable, *, on_retry: OnRetry | None = None) -> int:
-        """One idempotent MERGE: only masked rows of exactly this transaction match.
-
-        It moves them from the transaction's pending partition into the committed one; run
-        again, it finds nothing left there and changes nothing.
-        """
         c = committable
-        txn = string_literal(c.txn_id)
-        statement = (
-            f"MERGE INTO {delta_path(c.table)} AS t "
-            f"USING (SELECT {c.checkpoint_id} AS checkpoint_id, {txn} AS txn_id) AS s "
-            # The literals pin the partition, so Delta reads (and conflict-checks) it alone.
-            f"ON {pending_txn_rows(c.txn_id).sql(alias='t')} "
-            f"AND t.{PENDING} = s.txn_id AND t.{CHECKPOINT_ID} = s.checkpoint_id "
-            f"WHEN MATCHED THEN UPDATE SET t.{VISIBLE} = true, t.{PENDING} = NULL"
-        )
-
-        def run() -> int:
-            settings = {
-                **WRITE_SETTINGS,
-                **merge_settings(c.rows),
-                USER_METADATA_CONF: c.metadata,
-            }
-            with (
-                session_conf(self.spark, settings),
-                labelled(self.spark, c.sink_id, c.checkpoint_id, "commit"),
-            ):
-                metrics = self.spark.sql(statement).first()
-            return int(metrics["num_updated_rows"]) if metrics else 0
-
+        inserted = 0
         try:
-            return retry_on_conflict(run, retry=self.retry, what=c.what, on_retry=on_retry)
+            for _ in range(self.retry.max_attempts):
+                table = delta_table(c.table)
+                if not pending_files(table, c.txn_id):
+                    return inserted
+                app, landed = _merge_app(table, c)
+                if landed:
+                    release(c.table, c.txn_id, c.operation("release"))
+                    return inserted
+                merged = retry_on_conflict(
+                    functools.partial(self._merge, c, table, app),
+                    retry=self.retry,
+                    what=c.what,
+                    on_retry=on_retry,
+                )
+                inserted += merged or 0  # None: Delta found the version recorded; look again
         except conflict_exceptions() as exc:
             raise CommitFailedError(
                 f"{c.what} still conflicted after {self.retry.max_attempts} attempts "
                 f"({type(exc).__name__}); nothing changed, it stays pending"
             ) from exc
+        except CommitFailedError:
+            raise
         except Exception as exc:
             _raise_if_refused(exc, c.table)
             raise CommitStateUnknownError(
                 f"{c.what} failed ({exc!r}); the MERGE may or may not have taken effect: it "
                 "stays pending, and the next commit (idempotent) settles it"
             ) from exc
+        raise CommitFailedError(
+            f"{c.what}: another commit of it kept landing first; it stays pending: commit again"
+        )
+
+    def _merge(self, c: Committable, table: DeltaTable, app: str) -> int | None:
+        """The insert-only MERGE; its rows, or None when Delta skipped it as done."""
+        columns = [quote_identifier(name) for name in user_columns(table.schema().to_arrow().names)]
+        target = ", ".join([*columns, VISIBLE, PENDING, CHECKPOINT_ID])
+        values = ", ".join([*(f"s.{col}" for col in columns), "true", "NULL", str(c.checkpoint_id)])
+        statement = (
+            f"MERGE INTO {delta_path(c.table)} AS t "
+            f"USING (SELECT {', '.join(columns)} FROM {delta_path(c.table)} "
+            # Partition columns only: the source reads this transaction's files alone.
+            f"WHERE {pending_txn_rows(c.txn_id).sql()}) AS s "
+            # Matches nothing, so Delta neither joins the committed rows nor conflict-checks
+            # them: the txn version below, not a row, is what makes it run once.
+            "ON false "
+            f"WHEN NOT MATCHED THEN INSERT ({target}) VALUES ({values})"
+        )
+        settings = {
+            **WRITE_SETTINGS,
+            **merge_settings(c.rows),
+            USER_METADATA_CONF: c.metadata,
+            TXN_APP_CONF: app,
+            TXN_VERSION_CONF: str(c.checkpoint_id),
+        }
+        with (
+            session_conf(self.spark, settings),
+            labelled(self.spark, c.sink_id, c.checkpoint_id, "commit"),
+        ):
+            metrics = self.spark.sql(statement).first()
+        return int(metrics["num_inserted_rows"]) if metrics else None
+
+
+# Delta's idempotent writes by SQL: a MERGE whose version of its app id is not above the
+# one recorded is skipped. Set for one statement only (session_conf puts them back): left
+# set, they would skip a later, unrelated MERGE of the session.
+TXN_APP_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+
+def _merge_app(table: DeltaTable, c: Committable) -> tuple[str, bool]:
+    """The app id the commit's MERGE records, and whether its rows are in already
+    (``MergeCommitter``'s scenarios 1 to 3)."""
+    mine = writer_app_id(c.sink_id, c.writer_id, commit=True)
+    newest = table.transaction_version(mine)
+    if newest is None or newest < c.checkpoint_id:
+        return mine, False
+    if newest == c.checkpoint_id:  # one transaction of a writer's checkpoint is committed
+        return mine, True
+    own = f"{mine}/{c.txn_id}"
+    if table.transaction_version(own) is not None:
+        return own, True
+    try:
+        merged = last_operation(c.table, c.txn_id, {"commit"}) is not None
+    except LookupError as exc:
+        raise CommitStateUnknownError(
+            f"{c.what}: the table's log no longer shows whether its MERGE ran ({exc}); "
+            "compare its rows with the committed view, then commit or abort it by hand"
+        ) from exc
+    return own, merged
 
 
 class MetadataCommitter(Committer):
@@ -169,7 +259,13 @@ class MetadataCommitter(Committer):
     def commit(self, committable: Committable, *, on_retry: OnRetry | None = None) -> int:
         c = committable
         try:
-            return publish(c.table, c.txn_id, c.metadata)
+            app = writer_app_id(c.sink_id, c.writer_id, commit=True)
+            newest = delta_table(c.table).transaction_version(app)
+            if newest is not None and newest > c.checkpoint_id:  # out of order: its own id
+                app = f"{app}/{c.txn_id}"
+            return publish(
+                c.table, c.txn_id, json.loads(c.metadata), transactions=[(app, c.checkpoint_id)]
+            )
         except CommitFailedError:
             raise
         except Exception as exc:
@@ -197,8 +293,6 @@ def committer(
     Raises:
         ConfigurationError: An unknown mode.
     """
-    if mode == "merge":
+    if check_commit_mode(mode) == "merge":
         return MergeCommitter(spark, retry=retry)
-    if mode == "metadata":
-        return MetadataCommitter()
-    raise ConfigurationError(f"unknown commit mode {mode!r}; pass one of {', '.join(COMMIT_MODES)}")
+    return MetadataCommitter()

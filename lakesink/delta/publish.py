@@ -26,17 +26,19 @@ Failure scenarios it handles:
 2. Another commit rewrote the pending partition between the read and this commit. One
    that changes data (a DELETE) makes this commit conflict; it reads again. One that does
    not (an OPTIMIZE: delta-rs' check lets it pass) is found in the log versions between the
-   read and this commit: the rows of the files it replaced are then visible in this
-   commit's copies, and masked in its new files; the next commit removes those copies and
-   publishes the new files, together, so a reader sees the rows once throughout.
+   read and this commit (``lakesink.tables.commits.Landed``): the rows of the files it
+   replaced are then visible in this commit's copies, and masked in its new files; the
+   next commit removes those copies and publishes the new files, together, so a reader
+   sees the rows once throughout.
 3. A crash after the files were placed, before the commit: the placed files are in no
    version of the table (Delta's VACUUM deletes them in time); the next publish places
    them again and commits.
 4. The commit landed and its answer was lost: the pending partition is empty; publishing
    again finds nothing to publish.
 
-A file not in a pending partition's folder (a table written with random file prefixes) has
-no partition value in its path: it is added again where it is, with the committed values.
+Every committed file sits in the committed partition's folder, where the table's published
+table names it (``lakesink.tables.published``): a table written with random file prefixes,
+whose files sit in no partition's folder, is refused when it is opened.
 
 What it trades against the MERGE: ``RESTORE`` to a version before a publish brings the
 files back to their pending paths only if those still exist; the change data feed shows
@@ -47,46 +49,34 @@ refused).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import time
-import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any, cast
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
-from deltalake.transaction import (
-    AddAction,
-    CommitProperties,
-    PostCommitHookProperties,
-    RemoveAction,
-)
+from deltalake.transaction import AddAction, RemoveAction
 
 from lakesink.errors import CommitFailedError, ConfigurationError
-from lakesink.storage.files import create_file, place_file, read_bytes
+from lakesink.storage.files import place_file
 from lakesink.storage.location import join
+from lakesink.tables.commits import commit
 from lakesink.tables.deltars import delta_table
-from lakesink.tables.format import PENDING, VISIBLE, pending_txn_rows
-from lakesink.tables.history import commit_actions
+from lakesink.tables.format import PENDING, PUBLISHED_FOLDER, VISIBLE, pending_txn_rows
 
-__all__ = ["check_partition_types", "check_publishable", "publish"]
+__all__ = ["check_partition_types", "check_publishable", "pending_files", "publish", "release"]
 
 log = logging.getLogger(__name__)
 
 # Attempts before giving up: each is needed only when another commit raced the last one.
 PUBLISH_ROUNDS = 10
-# How Spark names the folder of a NULL partition value (the committed rows' pending one).
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-# Delta's default checkpoint interval (delta.checkpointInterval), which Spark writes at.
-CHECKPOINT_INTERVAL = 10
 # Writer features a delta-rs commit cannot keep (it would refuse or drop them).
 _UNWRITABLE = ("rowTracking", "domainMetadata", "inCommitTimestamp", "deletionVectors")
-_NONCE = "publish_nonce"
 # Types (Arrow's names and Spark's) whose partition values delta-rs hands back in a form
 # that turns back into Delta's own string exactly.
 _EXACT_PARTITION_TYPES = frozenset(
@@ -136,12 +126,19 @@ def check_partition_types(path: str, types: Mapping[str, str]) -> None:
         )
 
 
-def publish(path: str, txn_id: str, user_metadata: str) -> int:
+def publish(
+    path: str,
+    txn_id: str,
+    user_metadata: Mapping[str, Any],
+    *,
+    transactions: Sequence[tuple[str, int]] = (),
+) -> int:
     """Make the rows of transaction ``txn_id`` visible with Delta commits that move its
     files into the committed partition; return how many rows this call made visible (0:
     none were pending).
 
-    ``user_metadata`` tags each commit (the audit lines history up with the journal by it).
+    ``user_metadata`` tags each commit (the audit lines history up with the journal by it);
+    each records a ``txn`` action per (app id, version) of ``transactions``.
 
     Raises:
         CommitFailedError: Other commits kept conflicting with it, every round.
@@ -150,47 +147,34 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
     revived: list[dict[str, Any]] = []  # published copies of files a rewrite had removed
     for _ in range(PUBLISH_ROUNDS):
         table = delta_table(path)
-        read_version = table.version()
-        files = _pending_files(table, txn_id)
+        files = pending_files(table, txn_id)
         if not files and not revived:
             return rows
         actions: list[AddAction | RemoveAction] = [_removal(copy, visible=True) for copy in revived]
         published: dict[str, dict[str, Any]] = {}
         for file in files:
             committed = _committed_path(file["path"], txn_id)
-            if committed != file["path"]:
-                place_file(join(path, file["path"]), join(path, committed))
-                actions.append(_removal(file, visible=False))
+            place_file(join(path, file["path"]), join(path, committed))
+            actions.append(_removal(file, visible=False))
             actions.append(_visible(file, committed))
             published[file["path"]] = {**file, "path": committed}
-        nonce = uuid.uuid4().hex
-        metadata = json.loads(user_metadata) | {_NONCE: nonce}
+        made_visible = sum(f["num_records"] or 0 for f in files)
         try:
-            table.create_write_transaction(
+            landed = commit(
+                path,
+                table,
                 actions,
-                mode="append",
-                schema=table.schema(),
-                partition_by=table.metadata().partition_columns,
-                commit_properties=CommitProperties(
-                    custom_metadata={"userMetadata": json.dumps(metadata, sort_keys=True)}
-                ),
-                # At Spark's interval, not delta-rs' (100): _checkpoint_if_due
-                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+                {**user_metadata, "rows": made_visible},
+                transactions=transactions,
             )
         except DeltaCommitFailedError as exc:  # a conflict: nothing landed; read again
             log.info("publishing transaction %s of %s conflicted (%s); again", txn_id, path, exc)
             continue
-        removed, version, committed_actions = _removed_before(path, read_version, nonce, published)
-        if not removed and not revived:  # else its files and bytes are not the last ones
-            _carry_checksum(path, version, committed_actions)
-        _checkpoint_if_due(path, version, table.metadata().configuration)
-        rows += sum(f["num_records"] or 0 for f in files) - sum(
-            f["num_records"] or 0 for f in revived
-        )
+        rows += made_visible - sum(f["num_records"] or 0 for f in revived)
         # A rewrite that committed first without Delta's conflict check noticing (an
         # OPTIMIZE: its removes change no data) keeps those rows in new, masked files: the
         # next round publishes them and removes the copies of the files it replaced.
-        revived = [published[p] for p in removed]
+        revived = [published[p] for p in landed.removed_between & published.keys()]
         if revived:
             log.warning(
                 "%s: a commit rewrote %d file(s) of transaction %s's pending partition while "
@@ -206,16 +190,55 @@ def publish(path: str, txn_id: str, user_metadata: str) -> int:
     )
 
 
+def release(path: str, txn_id: str, user_metadata: Mapping[str, Any]) -> int:
+    """Remove the pending files of transaction ``txn_id``, whose rows a MERGE already made
+    visible, in one delta-rs commit; return how many masked rows went (0: none were left).
+
+    The MERGE copies a transaction's rows into the committed partition and leaves its
+    pending files; they are masked, so no reader of committed rows ever sees them, and this
+    commit drops them from the log without reading them (their bytes go with the next
+    VACUUM past the retention).
+
+    Raises:
+        CommitFailedError: Other commits kept conflicting with it, every round.
+    """
+    for _ in range(PUBLISH_ROUNDS):
+        table = delta_table(path)
+        files = pending_files(table, txn_id)
+        if not files:
+            return 0
+        rows = sum(f["num_records"] or 0 for f in files)
+        try:
+            commit(
+                path,
+                table,
+                [_removal(file, visible=False) for file in files],
+                {**user_metadata, "rows": rows},
+            )
+        except DeltaCommitFailedError as exc:  # a conflict: nothing landed; read again
+            log.info("releasing transaction %s of %s conflicted (%s); again", txn_id, path, exc)
+            continue
+        return rows
+    raise CommitFailedError(
+        f"releasing the pending files of transaction {txn_id} of {path} conflicted with "
+        f"other commits in each of {PUBLISH_ROUNDS} attempts; its rows are visible, and the "
+        "next commit or vacuum releases them"
+    )
+
+
 def _committed_path(pending: str, txn_id: str) -> str:
     """Where a pending file of ``txn_id`` goes in the committed partition: its folder's
     first two parts (the masking bit and the transaction) changed, the rest kept."""
     folder = f"{VISIBLE}=false/{PENDING}={txn_id}/"
-    if not pending.startswith(folder):
-        return pending
-    return f"{VISIBLE}=true/{PENDING}={HIVE_DEFAULT_PARTITION}/{pending[len(folder) :]}"
+    if not pending.startswith(folder):  # the table's check refuses random file prefixes
+        raise CommitFailedError(
+            f"a file of transaction {txn_id} is not in its partition's folder ({pending}); "
+            "lakesink tables take no random file prefixes"
+        )
+    return f"{PUBLISHED_FOLDER}/{pending[len(folder) :]}"
 
 
-def _pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
+def pending_files(table: DeltaTable, txn_id: str) -> list[dict[str, Any]]:
     """The live files of the transaction's pending partition, as delta-rs lists them."""
     actions = pa.table(table.get_add_actions(flatten=False))
     if "partition" not in actions.column_names:
@@ -309,78 +332,3 @@ def _exact(bounds: Mapping[str, Any]) -> dict[str, Any]:
 
 def _no_json(value: object) -> object:
     raise TypeError(f"cannot write {value!r} into Delta statistics")
-
-
-def _removed_before(
-    path: str, read_version: int, nonce: str, paths: Iterable[str]
-) -> tuple[set[str], int, list[dict[str, Any]]]:
-    """Which of ``paths`` the commits between ``read_version`` and the one tagged ``nonce``
-    removed, and the version and actions of that one."""
-    wanted, removed = set(paths), set[str]()
-    version = read_version + 1
-    while True:
-        try:
-            actions = commit_actions(path, version)
-        except FileNotFoundError:
-            raise CommitFailedError(
-                f"publishing into {path}: delta-rs reported its commit, but no log version "
-                f"after {read_version} carries it; commit again (it is idempotent)"
-            ) from None
-        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if nonce in str(info.get("userMetadata", "")):
-            return removed, version, actions
-        removed |= {a["remove"]["path"] for a in actions if "remove" in a} & wanted
-        version += 1
-
-
-def _carry_checksum(path: str, version: int, actions: list[dict[str, Any]]) -> None:
-    """Give the publish at ``version`` a checksum file (``.crc``): the one before it, updated.
-
-    delta-rs writes none, and without one Spark's next write to the table first rebuilds
-    the table's protocol and metadata, and its own checksum, with Spark jobs (a sixth of a
-    checkpoint's time at 100k rows). A publish that only moved live files changes nothing a
-    checksum counts (files, bytes, size histogram, txn versions, protocol, metadata), so the
-    previous one holds for it, less its commit's id. Its list of files (``allFiles``, which
-    Spark keeps for a table of up to 50 files) is the one before less the files this commit
-    removed, plus those it added, as Delta derives it for its own commits: without it,
-    Spark's next commit rebuilds the list from the whole log (two Spark jobs, which doubled
-    the time of a small checkpoint's pre-commit). Without a checksum before it, or with
-    in-commit timestamps (each version has its own), none is written.
-    """
-    log_folder = join(path, "_delta_log")
-    try:
-        checksum = json.loads(read_bytes(join(log_folder, f"{version - 1:020d}.crc")))
-    except (FileNotFoundError, ValueError):
-        return
-    if not isinstance(checksum, dict) or "inCommitTimestampOpt" in checksum:
-        return
-    checksum.pop("txnId", None)
-    files = checksum.pop("allFiles", None)
-    if isinstance(files, list):
-        gone = {a["remove"]["path"] for a in actions if "remove" in a}
-        # As Delta lists a file it read from the log: each field as the log has it (a null
-        # left out would read back as an empty map), no data change.
-        added = [a["add"] | {"dataChange": False} for a in actions if "add" in a]
-        files = [f for f in files if f["path"] not in gone] + added
-        # A path spelled otherwise in the two (escaped, say) would leave a file twice: then
-        # the list is left out, and Spark rebuilds it, as it would have.
-        if len(files) == checksum.get("numFiles") and sum(f["size"] for f in files) == checksum.get(
-            "tableSizeBytes"
-        ):
-            checksum["allFiles"] = files
-    # Never over another's: only this publish committed the version, any file there is its.
-    with contextlib.suppress(FileExistsError):
-        create_file(join(log_folder, f"{version:020d}.crc"), json.dumps(checksum).encode())
-
-
-def _checkpoint_if_due(path: str, version: int, configuration: Mapping[str, str]) -> None:
-    """Write a log checkpoint of ``version`` when it is one of the table's checkpoint versions.
-
-    Spark checkpoints a table when one of its own commits lands on a multiple of the
-    interval; in a table where writers' appends and publishes alternate, the multiples can
-    all be publishes, and the log would grow without a checkpoint: every Spark write and
-    read would replay more of it.
-    """
-    interval = int(configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
-    if version % interval == 0:
-        delta_table(path, version=version).create_checkpoint()

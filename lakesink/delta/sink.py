@@ -31,6 +31,7 @@ committed partition and the vacuum's removal of aborted partitions never conflic
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -56,8 +57,7 @@ from lakesink.core import (
     TxnState,
     current_step_hook,
 )
-from lakesink.delta.committer import Committable, committer
-from lakesink.delta.modes import COMMIT_MODES, CommitMode
+from lakesink.delta.committer import Committable, Committer, committer
 from lakesink.delta.publish import check_partition_types, check_publishable
 from lakesink.errors import (
     CommitStateUnknownError,
@@ -89,19 +89,22 @@ from lakesink.storage.access import translated
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
+from lakesink.tables.commits import commit
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, view_cut
-from lakesink.tables.deltars import has_sink_history
+from lakesink.tables.deltars import delta_table, has_sink_history
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
-    TXN_ID,
     VISIBLE,
+    CommitMode,
     SinkTable,
     check_columns,
+    check_commit_mode,
     check_partition_columns,
     check_reserved,
     commit_metadata,
     ensure_sink_table,
+    writer_app_id,
 )
 from lakesink.tables.history import find_commit, table_version
 from lakesink.tables.journal import (
@@ -110,14 +113,13 @@ from lakesink.tables.journal import (
     default_journal_path,
     transaction_fields,
 )
+from lakesink.tables.published import publish
 
 if TYPE_CHECKING:
     from lakesink.core.validation import ValidationReport
     from lakesink.spark.validation import ValidationGate
 
 __all__ = [
-    "COMMIT_MODES",
-    "CommitMode",
     "DeltaSink",
     "DeltaTransaction",
     "SinkOptions",
@@ -168,13 +170,15 @@ class SinkOptions:
         partition_by: User columns to partition a new table by (a date, a region), after
             lakesink's own partition columns; kept through commits and compaction. Fixed
             when the table is created: given for an existing table, it must be the table's.
-        commit: How a commit makes its rows visible. ``"merge"`` (the default): a Delta
-            MERGE moves them into the committed partition, rewriting them (seconds; undone
-            by RESTORE; Delta's conflict checks guard it). ``"metadata"``: one delta-rs
-            commit moves the transaction's files into the committed partition, no row
-            read or written (milliseconds, flat in rows, on local disk); the change data
-            feed shows each row deleted and inserted, and tables with row tracking or
-            deletion vectors are refused (``lakesink.delta.publish``).
+        commit: How a commit makes its rows visible, recorded on the table when it is
+            created (``lakesink.commitMode``); default: the table's, ``"merge"`` for a new
+            one. ``"merge"``: a Delta MERGE writes them into the committed partition
+            (seconds, one read and one write of the rows; undone by RESTORE; idempotent by
+            Delta's own txn version). ``"metadata"``: one delta-rs commit moves the
+            transaction's files into the committed partition, no row read or written
+            (milliseconds, flat in rows, on local disk); tables with row tracking or
+            deletion vectors are refused (``lakesink.delta.publish``). Given for an
+            existing table, it must be the table's (the error says how to switch).
         merge_schema: Add the columns ``schema`` has and an existing table lacks, as
             Delta's ``mergeSchema`` does (nullable columns only; rows written before read
             them as null). A dropped column or a changed type is still refused.
@@ -189,14 +193,12 @@ class SinkOptions:
     commit_retry: CommitRetry = field(default_factory=CommitRetry)
     timeout: TransactionTimeout | None = None
     partition_by: tuple[str, ...] | None = None
-    commit: CommitMode = "merge"
+    commit: CommitMode | None = None
     merge_schema: bool = False
 
     def __post_init__(self) -> None:
-        if self.commit not in COMMIT_MODES:
-            raise ConfigurationError(
-                f"unknown commit mode {self.commit!r}; pass one of {', '.join(COMMIT_MODES)}"
-            )
+        if self.commit is not None:
+            check_commit_mode(self.commit)
 
 
 class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
@@ -268,7 +270,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     types = {f.name: f.dataType.simpleString() for f in self._given_schema}
                     check_partition_types(self.path, {c: types[c] for c in options.partition_by})
         self._step_hook = current_step_hook()  # a test's fault injection, else none
-        self._committer = committer(options.commit, spark, retry=options.commit_retry)
+        self._committer: Committer | None = None  # the table's mode's, once it is open
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock (a lease on object storage) is hidden from
         # Delta by its leading underscore.
@@ -280,6 +282,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # The group cut view its committed view reads through ("": none); None until the
         # first cut this process records decides it.
         self._cut_view: str | None = None
+        self._group_id: str | None = None  # the group it was told it is one of
 
     @classmethod
     def open(cls, spark: SparkSession, path: str, **arguments: Any) -> DeltaSink:
@@ -304,6 +307,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
     @property
     def validation(self) -> ValidationGate | None:
         return self.options.validation
+
+    @property
+    def committer(self) -> Committer:
+        """The committer of the table's commit mode (the sink must have started)."""
+        if self._committer is None:
+            raise ProtocolError(f"{self.name} has not started: its committer is not known yet")
+        return self._committer
 
     def prepare_commit(self) -> int:
         """Pre-commit the open transaction; return its checkpoint id for the commit."""
@@ -380,6 +390,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         """The cuts table beside the sink's journal."""
         return DeltaCutStore(cuts_path(self.journal_path))
 
+    def join_group(self, group_id: str) -> None:
+        """One of a group's tables: in the metadata mode its rows carry their checkpoint id
+        (the group's views show a cut by it; a MERGE writes it anyway)."""
+        self._group_id = group_id
+
     def show_cut(self, cut: Cut) -> None:
         """Point the committed view at the group's cut (once), and move the cut along.
 
@@ -420,10 +435,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 journal=self.journal_path,
                 partition_by=self.options.partition_by,
                 merge_schema=self.options.merge_schema,
+                commit_mode=self.options.commit,
             )
             self.schema = self._table.schema
-            if self.options.commit == "metadata":
+            if self._table.commit_mode == "metadata":
                 check_publishable(self.path)
+            self._committer = committer(
+                self._table.commit_mode, self.spark, retry=self.options.commit_retry
+            )
             if self.validation is not None and self._given_schema is None:
                 self.validation.check_columns(self.schema.fieldNames())
             self._journal = self._open_journal(created)
@@ -451,6 +470,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return Journal(self.spark, self.journal_path, create=True)
 
     def _ready(self) -> None:
+        self._publish()  # what recovery (or a crash before) left the published table behind
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
 
     def _release(self) -> None:
@@ -495,11 +515,14 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def _append(self, transaction: DeltaTransaction, value: DataFrame, progress: _Progress) -> None:
         check_columns(value.schema, self.schema, what="the DataFrame")
+        # No column of its own on any row: the transaction is the partition. Only where a
+        # reader needs a row's checkpoint and no commit will write it (a table of a group,
+        # committed by metadata: its views cut by checkpoint) does the row carry it.
+        stamped = self._group_id is not None and self.sink_table.commit_mode == "metadata"
         frame = value.select(
             F.lit(False).alias(VISIBLE),
             F.lit(transaction.txn_id).alias(PENDING),
-            F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID),
-            F.lit(transaction.txn_id).alias(TXN_ID),
+            *([F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID)] * stamped),
             *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
         )
         step = progress.appends + 1
@@ -559,6 +582,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
         self._lock.check()  # a writer that lost its lease leaves recovery to the new holder
+        self._record_txn(transaction)
         self.journal.record(
             self._entry(
                 transaction,
@@ -578,6 +602,22 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         )
         return state
 
+    def _record_txn(self, transaction: DeltaTransaction) -> None:
+        """The pre-commit in the table's log: a Delta ``txn`` action (app id: this writer,
+        version: the checkpoint id), in a commit of no file, so any Delta tool reads the
+        writer's newest checkpoint (``DeltaTable.transaction_version``). Written by
+        delta-rs: Spark would reconstruct the table's state to check the version first."""
+        with translated(self.path):
+            commit(
+                self.path,
+                delta_table(self.path),
+                [],
+                json.loads(self._metadata("pre-commit", transaction)),
+                transactions=[
+                    (writer_app_id(self.sink_id, self.writer_id), transaction.checkpoint_id)
+                ],
+            )
+
     def _commit(self, transaction: DeltaTransaction) -> None:
         committable = self.committable(transaction)
         self._step("before_flip", transaction)
@@ -590,7 +630,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
                 )
 
-            flipped = self._committer.commit(committable, on_retry=journal_retry)
+            flipped = self.committer.commit(committable, on_retry=journal_retry)
         self._step("after_flip", transaction)
         rows = committable.rows
         try:
@@ -608,6 +648,17 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"journal could not record it ({exc!r}); the next commit or restart records it"
             ) from exc
         self._progress.pop(transaction.txn_id, None)
+        if flipped:
+            self._publish()
+
+    def _publish(self) -> None:
+        """Bring the table's published table up to date; a failure is logged, never raised:
+        the table is derived, and the next open, commit or vacuum brings it up."""
+        try:
+            with translated(self.path):
+                publish(self.path)
+        except Exception as exc:
+            log.warning("%s: the published table is behind the table: %s", self.name, exc)
 
     def _abort(self, transaction: DeltaTransaction, reason: str) -> None:
         # Every transaction the journal knows has a record here (``_log`` makes those of

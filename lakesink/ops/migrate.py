@@ -48,22 +48,24 @@ from lakesink.storage.lease import writer_locks
 from lakesink.storage.location import normalize, resolve_relative
 from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path, from_row, old_tables
 from lakesink.tables.format import (
+    CHECKPOINT_ID,
     CHECKPOINTS_FORMAT,
+    COMMIT_MODE_PROPERTY,
     FORMAT_PROPERTY,
     HIDDEN_FIELDS,
     JOURNAL_PROPERTY,
     LAKESINK_PARTITIONS,
+    PARTITION_VALUES_IN_FILES,
     PENDING,
     SINK_ID_PROPERTY,
     TABLE_FORMAT,
-    TXN_ID,
-    UNMATERIALIZED,
     VISIBLE,
     commit_metadata,
     format_version,
     recorded_journal,
 )
 from lakesink.tables.history import read_history
+from lakesink.tables.published import publish
 
 __all__ = [
     "MigrationPlan",
@@ -182,8 +184,8 @@ class TableMigrationPlan(_Plan):
     def _rewritten(self) -> str:
         return (
             f"{self.rows} row(s) rewritten from format {self.version} to {self.FORMAT} "
-            f"(partitioned by {', '.join(LAKESINK_PARTITIONS)} first, partition values in "
-            "the log and folders only)"
+            f"(partitioned by {', '.join(LAKESINK_PARTITIONS)} first, no transaction column; "
+            "its published table created)"
         )
 
 
@@ -235,16 +237,20 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
             lock.acquire()
             taken.append(lock)
         if plan.step == "migrate":
-            # Before the rewrite, so that its files hold no partition values.
-            _set_properties(spark, plan.path, dict([UNMATERIALIZED]))
+            # Before the rewrite, so that its files hold the partition values it says.
+            partitioned = bool(_user_partitions(spark, plan.path))
+            _set_properties(spark, plan.path, {PARTITION_VALUES_IN_FILES: str(partitioned).lower()})
             _rewrite(spark, plan)
         properties = {FORMAT_PROPERTY: str(TABLE_FORMAT)}
+        if COMMIT_MODE_PROPERTY not in _properties(spark, plan.path):
+            properties[COMMIT_MODE_PROPERTY] = "merge"  # older tables did not record theirs
         journal = _properties(spark, plan.path).get(JOURNAL_PROPERTY)
         if journal:  # recorded whole before format 3
             properties[JOURNAL_PROPERTY] = recorded_journal(
                 resolve_relative(plan.path, journal), plan.path
             )
         _set_properties(spark, plan.path, properties)
+        publish(plan.path)
         log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
     finally:
         for lock in taken:
@@ -259,29 +265,40 @@ def _set_properties(spark: SparkSession, path: str, properties: dict[str, str]) 
     spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({settings})")
 
 
+# What every row of formats 1 to 4 carried, and what format 2 to 4 kept as a partition.
+_OLD_TXN_ID = "_lakesink_txn_id"
+
+
+def _user_partitions(spark: SparkSession, path: str) -> tuple[str, ...]:
+    """The user's partition columns of a table of any format (format 1 had other
+    lakesink partition columns, and no user ones)."""
+    detail = cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first())
+    old = tuple(detail["partitionColumns"] or ())
+    lakesink = len(LAKESINK_PARTITIONS)
+    return old[lakesink:] if old[:lakesink] == LAKESINK_PARTITIONS else ()
+
+
 def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
     """Every row in the current layout, in one overwrite (Delta reads the snapshot first):
     lakesink's partition columns first (format 1 had others), the user's kept after them."""
-    detail = cast(Row, spark.sql(f"DESCRIBE DETAIL {delta_path(plan.path)}").first())
-    old_partitions = tuple(detail["partitionColumns"] or ())
-    user_partitions = (
-        old_partitions[len(LAKESINK_PARTITIONS) :]
-        if old_partitions[: len(LAKESINK_PARTITIONS)] == LAKESINK_PARTITIONS
-        else ()
-    )
     table = spark.read.format("delta").load(plan.path)
-    hidden = {f.name for f in HIDDEN_FIELDS}
-    user = [quote_identifier(c) for c in table.columns if c not in hidden]
-    pending = f"CASE WHEN {VISIBLE} THEN NULL ELSE {TXN_ID} END AS {PENDING}"
-    columns = [f.name if f.name != PENDING else pending for f in HIDDEN_FIELDS]
+    old_hidden = {*(f.name for f in HIDDEN_FIELDS), _OLD_TXN_ID}
+    user = [quote_identifier(c) for c in table.columns if c not in old_hidden]
+    pending = (
+        PENDING
+        if PENDING in table.columns
+        else f"CASE WHEN {VISIBLE} THEN NULL ELSE {_OLD_TXN_ID} END AS {PENDING}"
+    )
     sink_id = _properties(spark, plan.path)[SINK_ID_PROPERTY]
     (
-        table.selectExpr(*columns, *user)
+        table.selectExpr(
+            VISIBLE, pending, f"CAST({CHECKPOINT_ID} AS BIGINT) AS {CHECKPOINT_ID}", *user
+        )
         .write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
         .option("userMetadata", commit_metadata("migrate", sink_id, format=TABLE_FORMAT))
-        .partitionBy(*LAKESINK_PARTITIONS, *user_partitions)
+        .partitionBy(*LAKESINK_PARTITIONS, *_user_partitions(spark, plan.path))
         .save(plan.path)
     )
     log.info("rewrote %d row(s) of %s", plan.rows, plan.path)

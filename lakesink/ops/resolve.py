@@ -23,7 +23,6 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
 from lakesink.core.recovery import check_resolvable
-from lakesink.delta.modes import CommitMode
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
@@ -32,7 +31,7 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.format import read_sink_table
+from lakesink.tables.format import CommitMode, read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
 
 if TYPE_CHECKING:
@@ -210,7 +209,7 @@ def resolve_checkpoint(
     checkpoint_id: int,
     action: Literal["commit", "abort"],
     *,
-    mode: CommitMode = "merge",
+    mode: CommitMode | None = None,
     progress: Callable[[str], None] = log.info,
 ) -> list[TransactionStatus]:
     """Commit or abort every pending transaction of the checkpoint; return them.
@@ -221,9 +220,9 @@ def resolve_checkpoint(
     any writer's is touched (``plan_resolution``). A checkpoint already in the state the
     action leads to is left as it is, and its settled transactions are returned: a retry of
     a commit or abort that landed succeeds.
-    ``mode`` is how a commit makes the rows visible, as ``SinkOptions.commit``:
-    ``"merge"`` or ``"metadata"`` (the files moved into the committed partition, no row rewritten;
-    the table must allow it). ``progress`` hears of each writer's transactions once they
+    ``mode`` is how a commit makes the rows visible, as ``SinkOptions.commit``: the
+    table's own (recorded when it was created) unless given, and then it must be the
+    table's. ``progress`` hears of each writer's transactions once they
     are settled.
 
     Raises:
@@ -232,8 +231,7 @@ def resolve_checkpoint(
         ProtocolError: Commit of a transaction never pre-committed, or abort of one whose
             commit was already decided.
         AlreadyRunningError: A writer of the checkpoint is still running.
-        ConfigurationError: An unknown ``mode``, or a table the metadata commit cannot
-            write exactly.
+        ConfigurationError: An unknown ``mode``, or another than the table's.
     """
     SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
     plan = plan_resolution(path, checkpoint_id, action)

@@ -16,8 +16,9 @@ from lakesink.core.validation import ValidationReport
 from lakesink.storage.location import normalize
 from lakesink.tables.checkpoints import checkpoints_path, read_history
 from lakesink.tables.deltars import partition_files, read_sink_table_log
-from lakesink.tables.format import PENDING
+from lakesink.tables.format import PENDING, CommitMode
 from lakesink.tables.journal import TransactionStatus, read_transactions
+from lakesink.tables.published import PublishedTable, published_table
 
 __all__ = ["SinkStatus", "job_status", "sink_status"]
 
@@ -33,6 +34,8 @@ class SinkStatus:
     pending: tuple[TransactionStatus, ...]  # open, pre-committed or being committed
     held: tuple[TransactionStatus, ...]  # failed validation: an operator decides
     aborted: tuple[TransactionStatus, ...]
+    commit_mode: CommitMode = "merge"
+    published: PublishedTable | None = None  # the committed rows, for any engine by path
 
     @property
     def last_committed_checkpoint(self) -> int | None:
@@ -56,10 +59,20 @@ class SinkStatus:
                 "vacuumed": status.vacuumed,  # its rows are gone from the table
             }
 
+        published = self.published
         return {
             "sink_id": self.sink_id,
             "table": self.table_path,
             "journal": self.journal_path,
+            "commit_mode": self.commit_mode,
+            "published": None
+            if published is None
+            else {
+                "path": published.path,
+                "version": published.version,
+                "table_version": published.sink_version,
+                "versions_behind": published.behind,
+            },
             "last_committed_checkpoint": self.last_committed_checkpoint,
             "committed_rows": self.committed_rows,
             "pending": [txn(s) for s in self.pending],
@@ -83,6 +96,8 @@ def sink_status(path: str) -> SinkStatus:
         pending=tuple(s for s in transactions if s.state.pending),
         held=tuple(s for s in transactions if s.state is TxnState.HELD),
         aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
+        commit_mode=table.commit_mode,
+        published=published_table(path),
     )
 
 

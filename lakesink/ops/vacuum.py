@@ -10,21 +10,25 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    inconsistent, leave it to a human). An aborted transaction that had been pre-committed
    (recovery aborts those whose checkpoint never completed) is removed. Count the masked
    rows of the rest and the files holding them, from the table's log. Find the committed
-   transactions whose pending partition still holds files (a rewrite of it landed after
-   their metadata commit, ``lakesink.delta.publish``).
+   transactions whose pending partition still holds files (a MERGE whose release did not
+   follow, or a rewrite that landed after their metadata commit, ``lakesink.delta.publish``).
 2. Execute: journal the expired ones aborted, then read the journal again and keep out
    every expired one that was pre-committed in the meantime (its writer lives on, recovery
    may commit it; invariant 3).
-3. Publish those committed leftovers again (metadata commits). One DELETE of exactly the
+3. Commit those committed leftovers again, the table's way (a release after a MERGE, a
+   metadata commit of the rewritten files). One DELETE of exactly the
    masked rows of the remaining transactions, a predicate on partition columns only: Delta
    removes their pending partitions' files from the log without reading them, and
    concurrent appends and commits into other partitions never conflict with it; write
    conflicts are retried with backoff. One journal event per vacuumed transaction.
 4. Compaction (``lakesink.ops.compact``, unless turned off): OPTIMIZE of the committed
    partition and of the journal, which gain a small file per checkpoint.
-5. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
+5. The published table is brought up to date (``lakesink.tables.published``).
+6. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
    and the compaction left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM
-   runs for real.
+   runs for real. The retention is stretched, when needed, so that no file is deleted
+   that a reader may still read: one of a version of the published table younger than the
+   retention, or of the table's version in its group's newest cut.
 
 Each step is logged at INFO. Nothing in here ever touches a visible row: the DELETE itself
 says ``AND NOT _lakesink_visible``, whatever the journal said.
@@ -47,7 +51,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.committer import Committable, MetadataCommitter
+from lakesink.delta.committer import Committable, committer
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
@@ -63,8 +67,16 @@ from lakesink.spark.settings import (
 from lakesink.spark.sql import delta_path
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
+from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import PartitionFiles, partition_files
-from lakesink.tables.format import PENDING, commit_metadata, pending_txn_rows, read_sink_table
+from lakesink.tables.format import (
+    PENDING,
+    CommitMode,
+    commit_metadata,
+    pending_txn_rows,
+    read_sink_table,
+)
+from lakesink.tables.history import commit_time
 from lakesink.tables.journal import (
     VACUUMED_PREFIX,
     Journal,
@@ -72,6 +84,7 @@ from lakesink.tables.journal import (
     TransactionStatus,
     transaction_fields,
 )
+from lakesink.tables.published import oldest_shown, publish
 
 __all__ = [
     "VacuumPlan",
@@ -133,8 +146,10 @@ class VacuumPlan:
         already_vacuumed: Aborted transactions whose rows an earlier run removed.
         compaction: The tables to compact, with their file counts (empty: not compacting).
         unpublished: Committed transactions whose pending partition still holds files: a
-            rewrite of that partition landed after their metadata commit
-            (``lakesink.delta.publish``, scenario 3). They are published again.
+            MERGE whose release did not follow, or a rewrite of that partition that landed
+            after their metadata commit (``lakesink.delta.publish``, scenario 2). They are
+            committed again, the table's way.
+        commit_mode: The table's commit mode (how those are committed again).
     """
 
     table_path: str
@@ -151,6 +166,7 @@ class VacuumPlan:
     already_vacuumed: int
     compaction: tuple[Compaction, ...] = ()
     unpublished: tuple[TransactionStatus, ...] = ()
+    commit_mode: CommitMode = "merge"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,6 +353,7 @@ def plan_vacuum(
     given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
     hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
+    hours = _protected(path, table.sink_id, table.journal_path, hours)
     check_expiry(expire_open_after)
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
@@ -383,8 +400,8 @@ def plan_vacuum(
     left = sorted(txn_id for txn_id in committed if txn_id in found)
     if left:
         log.warning(
-            "%s: %d committed transaction(s) still have masked files (a rewrite of their "
-            "pending partition landed after their metadata commit); publishing them again",
+            "%s: %d committed transaction(s) still have masked files (their commit's release "
+            "did not follow, or a rewrite landed after it); committing them again",
             prefix,
             len(left),
         )
@@ -402,6 +419,7 @@ def plan_vacuum(
         skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
         already_vacuumed=already,
         unpublished=tuple(committed[txn_id] for txn_id in left),
+        commit_mode=table.commit_mode,
         compaction=(
             tuple(
                 plan_compaction(
@@ -449,8 +467,9 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
             [now_known.get(s.txn_id, s) for s in targets], expired_ids, prefix
         )
         skipped.extend(late)
+    again = committer(plan.commit_mode, spark)
     for s in plan.unpublished:
-        MetadataCommitter().commit(
+        again.commit(
             Committable(**transaction_fields(s), table=plan.table_path, sink_id=plan.sink_id)
         )
     rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
@@ -481,6 +500,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
             )
         )
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
+    publish(plan.table_path)
     files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
     return _report(
         dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),
@@ -602,6 +622,35 @@ def _retention(
             "allow_short_retention=True (--allow-short-retention) only when nothing writes"
         )
     return hours, short
+
+
+def _protected(path: str, sink_id: str, journal: str, hours: float) -> float:
+    """The retention ``hours``, stretched so that VACUUM keeps every file a reader may read:
+    each version of the published table younger than the retention shows a table version
+    (behind the table's, after a crash), and a group's readers read the table at its
+    version in the group's newest cut. A file of version v goes only once it was removed
+    by a later version, so the files of the oldest such version stay while the version
+    after it is younger than the retention."""
+    now = datetime.now(timezone.utc)
+    oldest = oldest_shown(path, now - timedelta(hours=hours))
+    cut = group_cut(sink_id, journal)
+    if cut is not None and sink_id in cut.tables:
+        version = cut.tables[sink_id].version
+        oldest = version if oldest is None else min(oldest, version)
+    after = None if oldest is None else commit_time(path, oldest + 1)
+    if after is None:
+        return hours
+    needed = (now - after).total_seconds() / 3600 + 1 / 60  # a minute's margin
+    if needed <= hours:
+        return hours
+    log.info(
+        "vacuum %s: retention stretched from %g h to %.2f h: version %d is still read",
+        path,
+        hours,
+        needed,
+        oldest,
+    )
+    return needed
 
 
 def _interval_hours(interval: str) -> float:

@@ -120,11 +120,16 @@ def create_committed_view(
     """Create or replace the catalog view ``view_name`` showing only committed rows.
 
     A qualified name (``db.view``) creates its database if missing. With ``cut_view``
-    (the group's, ``show_cut``), it shows the group's checkpoints up to its cut only.
+    (the group's, ``show_cut``), it shows the group's checkpoints up to its cut only: every
+    row a group's commit publishes carries its checkpoint id, and a row without one was
+    committed before the table was one of the group's.
     """
     where = COMMITTED_FILTER
     if cut_view is not None:
-        where += f" AND {CHECKPOINT_ID} <= (SELECT checkpoint_id FROM {quote_name(cut_view)})"
+        where += (
+            f" AND coalesce({CHECKPOINT_ID}, -1) <= "
+            f"(SELECT checkpoint_id FROM {quote_name(cut_view)})"
+        )
     _create_view(spark, view_name, path, columns, where)
 
 

@@ -40,6 +40,8 @@ from lakesink.storage.location import is_uri
 from lakesink.storage.options import StorageOptions
 from lakesink.tables.format import (
     FORMAT_PROPERTY,
+    PENDING,
+    VISIBLE,
     RowFilter,
     SinkTable,
     check_format,
@@ -57,6 +59,7 @@ __all__ = [
     "file_sizes",
     "has_sink_history",
     "partition_files",
+    "pending_rows",
     "read_log_rows",
     "read_sink_table_log",
 ]
@@ -248,4 +251,25 @@ def partition_files(path: str, column: str, values: Collection[str]) -> dict[str
             known = found.get(value, PartitionFiles(0, ()))
             total = None if known.rows is None or rows is None else known.rows + int(rows)
             found[value] = PartitionFiles(total, (*known.files, file))
+    return found
+
+
+def pending_rows(path: str, *, version: int | None = None) -> dict[str, int]:
+    """Per pending transaction of the sink table at ``path`` (as of ``version``), the rows
+    of its partition, from each file's row count in the log (a file without one counts 0)."""
+    table = delta_table(path, version=version)
+    with translated(path):
+        actions = pa.table(table.get_add_actions(flatten=True))
+    column = f"partition.{PENDING}"
+    if column not in actions.column_names:  # no file at all
+        return {}
+    found: dict[str, int] = {}
+    for txn_id, visible, rows in zip(
+        actions.column(column).to_pylist(),
+        actions.column(f"partition.{VISIBLE}").to_pylist(),
+        actions.column("num_records").to_pylist(),
+        strict=True,
+    ):
+        if txn_id is not None and not visible:
+            found[txn_id] = found.get(txn_id, 0) + int(rows or 0)
     return found

@@ -1,11 +1,12 @@
 """The lakesink table format, all in one place: hidden columns, which rows are committed or
-pending (``RowFilter``, in each engine's form), properties, format versions.
+pending (``RowFilter``, in each engine's form), properties, format versions, and where each
+sink table's published table is.
 
 Four kinds of Delta table carry it:
 
-- a **sink table**: the user's columns after four hidden ones, partitioned by the masking
+- a **sink table**: the user's columns after three hidden ones, partitioned by the masking
   bit and the pending transaction (then by the user's own partition columns, if any), with
-  the properties below;
+  the properties below; beside its committed rows, a **published table** (below);
 - the **journal**: an append-only table of transaction events (``lakesink.tables.journal``);
 - the **cuts** beside the journal: an append-only table of the cuts of groups of tables
   (``lakesink.tables.cuts``), one row per table per cut;
@@ -15,34 +16,46 @@ Each records ``lakesink.formatVersion``. A table written before the property exi
 format 1. Opening a table of a format this version cannot use fails with
 ``FormatVersionError``, which says what to do.
 
-Sink table format 4 keeps lakesink's partition values in the Delta log and the files'
-folders only, not in the Parquet files (``delta.writePartitionColumnsToParquet = false``;
-Delta 4.4 writes them into the files by default): a file's rows cannot then say one thing
-and the log another, and the metadata commit moves a published file into the committed
-partition's folder (``lakesink.delta.publish``), so no folder names a value the log
-changed either. Every engine reads the right rows, whether it takes partition values from
-the log (Spark, delta-rs, DuckDB) or from the folders (polars). Format 3 tables are read
-and written as they are; ``lakesink migrate-table`` rewrites them in format 4.
-
-Sink table format 3 records a journal that sits beside the table (``../_lakesink_journal``,
-the default) relative to the table, as Delta records its own files, so a table moved or
-copied together with its journal (``cp -r``, a bucket sync, local disk to S3) finds its
-own journal; a journal elsewhere is recorded whole. Format 2 recorded every journal
-whole; lakesink reads and writes such tables as they are, and ``lakesink migrate-table``
-records their journal the format-3 way.
-
-Sink table format 2 (format 1 was partitioned by checkpoint and transaction id, with the
-flag an ordinary column):
+Sink table format 5 (the rows written once):
 
 - ``_lakesink_visible`` (partition column): the masking bit. Delta keeps no statistics for
   a boolean data column, so only as a partition column can readers of the committed view
   skip masked files, and the vacuum drop them without reading them.
 - ``_lakesink_pending`` (partition column): the transaction's id while its rows are
   pending, NULL once committed. Each pending transaction has a partition of its own, so its
-  commit's MERGE reads (and is conflict-checked against) its own files only; committed rows
+  commit reads its own files only and never conflicts with other writers; committed rows
   share one partition, which compaction keeps in few large files.
-- ``_lakesink_checkpoint_id``, ``_lakesink_txn_id``: ordinary columns that stay with each
-  row for good (the audit counts rows per transaction with them).
+- ``_lakesink_checkpoint_id`` (BIGINT, nullable): the checkpoint a committed row was
+  published in, where a reader needs it: the MERGE that publishes rows writes it (it
+  rewrites them anyway), and a pre-commit into a table of a group in the metadata mode
+  writes it (its commit rewrites nothing), so a group's views can show one cut. A pending
+  row written otherwise, and a committed row of a table of no group published by metadata,
+  carry NULL: no row pays for a column nobody reads.
+
+No row carries its transaction: which transaction and checkpoint a file of rows belongs to
+is in its partition (pending), the ``userMetadata`` of the commit that added it, and the
+journal; each pre-commit records a Delta ``txn`` action (app id: the writer, version: the
+checkpoint id), so any Delta tool reads each writer's newest checkpoint
+(``transaction_version``). Partition values live in the Delta log and the folders; a table
+partitioned by user columns also writes its partition values into its files (Delta's
+default), so that its published table can read them there.
+
+The **published table** of a sink table is a plain Delta table over the committed
+partition's files, rooted in that partition's folder (``published_path``): the user's
+columns only, no lakesink property a reader must know, each file named by its path
+relative to that folder, no byte copied. Any engine that reads Delta by path (DuckDB,
+polars, Daft, Trino, delta-rs, Spark) reads exactly the committed rows there, with no
+filter. It is unpartitioned, because polars takes partition values from every ``k=v``
+folder of a file's path (pola-rs/polars#23391), and the committed files sit under
+lakesink's own partition folders: a user partition column is read from the files instead
+(``lakesink.tables.published`` keeps it).
+
+Older formats: format 1 was partitioned by checkpoint and transaction id, the flag an
+ordinary column; format 2 introduced the partitioning above; format 3 recorded a journal
+beside the table relative to it (``../_lakesink_journal``, as Delta records its own files,
+so a table moved with its journal finds it); format 4 kept partition values out of the
+data files and carried the checkpoint and transaction id on every row. ``lakesink
+migrate-table`` rewrites a table of any of them in format 5.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,25 +90,31 @@ __all__ = [
     "CHECKPOINT_ID",
     "COMMITTED_FILTER",
     "COMMITTED_ROWS",
+    "COMMIT_MODES",
+    "COMMIT_MODE_PROPERTY",
     "CUTS_FORMAT",
     "CUTS_SCHEMA",
     "FORMAT_PROPERTY",
     "HIDDEN_FIELDS",
     "HIDDEN_PREFIX",
+    "HIVE_DEFAULT_PARTITION",
     "JOURNAL_FORMAT",
     "JOURNAL_PROPERTY",
     "JOURNAL_SCHEMA",
     "LAKESINK_PARTITIONS",
     "OLDEST_TABLE_FORMAT",
+    "PARTITION_VALUES_IN_FILES",
     "PENDING",
+    "PUBLISHED_APP_ID",
+    "PUBLISHED_FOLDER",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
-    "TXN_ID",
-    "UNMATERIALIZED",
     "VISIBLE",
+    "CommitMode",
     "RowFilter",
     "SinkTable",
     "check_columns",
+    "check_commit_mode",
     "check_format",
     "check_new_folder",
     "check_partition_columns",
@@ -103,40 +123,58 @@ __all__ = [
     "ensure_sink_table",
     "format_version",
     "pending_txn_rows",
+    "published_path",
     "read_sink_table",
     "recorded_journal",
     "sink_table",
     "user_columns",
     "user_fields",
+    "writer_app_id",
 ]
 
 log = logging.getLogger(__name__)
 
 HIDDEN_PREFIX = "_lakesink_"
-CHECKPOINT_ID = "_lakesink_checkpoint_id"
-TXN_ID = "_lakesink_txn_id"
 VISIBLE = "_lakesink_visible"  # the masking bit: false while pending, true once committed
 PENDING = "_lakesink_pending"  # the transaction id while pending, NULL once committed
+CHECKPOINT_ID = "_lakesink_checkpoint_id"  # the checkpoint that published a row, where needed
 HIDDEN_FIELDS = (
     StructField(VISIBLE, BooleanType(), False),
     StructField(PENDING, StringType(), True),
-    StructField(CHECKPOINT_ID, LongType(), False),
-    StructField(TXN_ID, StringType(), False),
+    StructField(CHECKPOINT_ID, LongType(), True),
 )
 # A sink table's first partition columns; the user's own follow them.
 LAKESINK_PARTITIONS = (VISIBLE, PENDING)
 
 SINK_ID_PROPERTY = "lakesink.sinkId"
-# Format 4: partition values in the log and the folders only, not in the data files.
-UNMATERIALIZED = ("delta.writePartitionColumnsToParquet", "false")
 JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
+COMMIT_MODE_PROPERTY = "lakesink.commitMode"
+# Whether Delta writes a table's partition values into its data files too: only a table
+# partitioned by user columns does, so that its (unpartitioned) published table reads them.
+PARTITION_VALUES_IN_FILES = "delta.writePartitionColumnsToParquet"
+
+#: How a commit makes rows visible: a MERGE that rewrites them, or a metadata commit that
+#: moves their files into the committed partition (``lakesink.delta.committer``). A property
+#: of the table (``lakesink.commitMode``), recorded when it is created.
+CommitMode = Literal["merge", "metadata"]
+COMMIT_MODES: tuple[CommitMode, ...] = get_args(CommitMode)
 
 # Format 2: the masking bit and the pending transaction are the partition columns.
 # Format 3: a journal beside the table is recorded relative to it.
 # Format 4: partition values are not written into the data files.
-TABLE_FORMAT = 4
-OLDEST_TABLE_FORMAT = 2  # what this lakesink still opens as it is
+# Format 5: no transaction column on any row; a txn action per pre-commit; the commit mode
+# recorded; a published table beside the committed rows.
+TABLE_FORMAT = 5
+OLDEST_TABLE_FORMAT = 5  # what this lakesink still opens as it is
+
+# The published table: rooted in the committed partition's folder (Spark names the folder
+# of a NULL partition value __HIVE_DEFAULT_PARTITION__), it names each committed file by
+# its path below that folder. Its commits record, as the version of this app id's Delta
+# txn action, the sink table version they bring it up to.
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+PUBLISHED_FOLDER = f"{VISIBLE}=true/{PENDING}={HIVE_DEFAULT_PARTITION}"
+PUBLISHED_APP_ID = "lakesink"
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = pa.schema(
     [
@@ -195,6 +233,37 @@ class SinkTable:
     schema: StructType  # the user's columns only
     partition_by: tuple[str, ...] = ()  # the user's partition columns
     properties: Mapping[str, str] = field(default_factory=dict)  # all the table's properties
+    commit_mode: CommitMode = "merge"  # how its rows are published (lakesink.commitMode)
+
+    @property
+    def published_path(self) -> str:
+        """Its published table: the committed rows alone, for any engine (``published_path``)."""
+        return published_path(self.path)
+
+
+def published_path(path: str) -> str:
+    """Where the published table of the sink table at ``path`` is: the folder of its
+    committed partition, whose files it names."""
+    return join(path, PUBLISHED_FOLDER)
+
+
+def writer_app_id(sink_id: str, writer_id: str, *, commit: bool = False) -> str:
+    """The app id of a writer's Delta ``txn`` actions in its table: of its pre-commits (the
+    newest checkpoint it pre-committed), or with ``commit`` of its commits (the newest it
+    published)."""
+    return f"lakesink/{sink_id}/{writer_id}" + ("/commit" if commit else "")
+
+
+def check_commit_mode(mode: str, *, what: str = "commit mode") -> CommitMode:
+    """``mode`` if it is a commit mode.
+
+    Raises:
+        ConfigurationError: It is not one.
+    """
+    for known in COMMIT_MODES:
+        if mode == known:
+            return known
+    raise ConfigurationError(f"unknown {what} {mode!r}; pass one of {', '.join(COMMIT_MODES)}")
 
 
 def commit_metadata(operation: str, sink_id: str, **detail: object) -> str:
@@ -241,6 +310,9 @@ def sink_table(
         schema=user_fields(schema),
         partition_by=tuple(partitions[len(LAKESINK_PARTITIONS) :]),
         properties=dict(properties),
+        commit_mode=check_commit_mode(
+            properties.get(COMMIT_MODE_PROPERTY, "merge"), what=f"{COMMIT_MODE_PROPERTY} of {path}"
+        ),
     )
 
 
@@ -281,6 +353,7 @@ def ensure_sink_table(
     journal: str,
     partition_by: tuple[str, ...] | None = None,
     merge_schema: bool = False,
+    commit_mode: CommitMode | None = None,
 ) -> tuple[SinkTable, bool]:
     """Create the sink table or check the existing one; return it and whether it was created.
 
@@ -288,11 +361,13 @@ def ensure_sink_table(
     ``partition_by`` names user columns to partition a new table by (after lakesink's own
     partition columns); given for an existing table, it must be the table's. With
     ``merge_schema``, the nullable columns ``schema`` adds to an existing table are added
-    to it (one Delta commit that changes only its metadata).
+    to it (one Delta commit that changes only its metadata). ``commit_mode`` is recorded
+    for a new table (default ``merge``); given for an existing one, it must be the table's.
 
     Raises:
-        ConfigurationError: The table belongs to another sink or journal, or is partitioned
-            otherwise; or ``partition_by`` names a column the schema lacks.
+        ConfigurationError: The table belongs to another sink or journal, is partitioned
+            otherwise or commits the other way; or ``partition_by`` names a column the
+            schema lacks.
         TableNotFoundError: No table and no ``schema``, or a folder that holds other files.
         SchemaMismatchError: ``schema`` differs from the table's (every difference named).
     """
@@ -320,6 +395,13 @@ def ensure_sink_table(
                 f"{', '.join(table.partition_by) or 'no user column'}, not "
                 f"{', '.join(partition_by) or 'no user column'}; a table's partitioning is "
                 "fixed when it is created: omit partition_by or pass the table's"
+            )
+        if commit_mode is not None and commit_mode != table.commit_mode:
+            raise ConfigurationError(
+                f"the table at {path} commits by {table.commit_mode} ({COMMIT_MODE_PROPERTY}), "
+                f"not by {commit_mode}: omit commit= to commit its way, or switch the table "
+                f"while no writer runs: ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                f"('{COMMIT_MODE_PROPERTY}' = '{commit_mode}')"
             )
         return table, False
     if schema is None:
@@ -349,7 +431,8 @@ def ensure_sink_table(
         .property(SINK_ID_PROPERTY, sink_id)
         .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
-        .property(UNMATERIALIZED[0], UNMATERIALIZED[1])
+        .property(COMMIT_MODE_PROPERTY, commit_mode or "merge")
+        .property(PARTITION_VALUES_IN_FILES, str(bool(partition_by)).lower())
         # Auto-compaction would rewrite pending partitions under a publish, which would
         # then conflict and start again (lakesink.delta.publish); lakesink compacts
         # committed rows only.
@@ -364,6 +447,7 @@ def ensure_sink_table(
         format_version=TABLE_FORMAT,
         schema=schema,
         partition_by=partition_by,
+        commit_mode=commit_mode or "merge",
     )
     return table, True
 

@@ -11,7 +11,7 @@ lost may have landed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,10 +24,14 @@ from lakesink.storage.location import join
 __all__ = [
     "HistoryEntry",
     "commit_actions",
+    "commit_time",
+    "commit_user_metadata",
     "find_commit",
     "first_versions",
+    "last_operation",
     "read_history",
     "table_version",
+    "version_at",
 ]
 
 # Commit files read at once: a history of thousands of versions on an object store is one
@@ -42,7 +46,7 @@ CLOCK_SKEW_MS = 60_000
 _ROWS_METRIC = {
     "WRITE": "numOutputRows",
     "STREAMING UPDATE": "numOutputRows",
-    "MERGE": "numTargetRowsUpdated",
+    "MERGE": "numTargetRowsInserted",
     "UPDATE": "numUpdatedRows",
     "DELETE": "numDeletedRows",
 }
@@ -126,7 +130,8 @@ def _entry(version: int, info: Mapping[str, Any]) -> HistoryEntry:
         checkpoint_id=metadata.get("checkpoint_id"),
         txn_ids=tuple(txn_ids),
         step=metadata.get("step"),
-        rows=int(str(metric)) if metric is not None else None,
+        # delta-rs records no metrics: lakesink's own commits through it name their rows
+        rows=int(str(metric)) if metric is not None else metadata.get("rows"),
     )
 
 
@@ -209,3 +214,63 @@ def find_commit(path: str, user_metadata: str, *, since_ms: int) -> int | None:
         if int(info.get("timestamp", 0)) < since_ms - CLOCK_SKEW_MS:
             return None
     return None
+
+
+def last_operation(path: str, txn_id: str, operations: Collection[str]) -> HistoryEntry | None:
+    """The newest lakesink commit of one of ``operations`` (``commit``, ``write``, ...) that
+    names transaction ``txn_id``, looked for from the table's newest version back to the
+    transaction's first write; None if there is none since then.
+
+    Raises:
+        LookupError: The log was cleaned before the search reached the transaction's writes
+            (older than the table's log retention): it cannot tell.
+    """
+    for version in range(table_version(path), -1, -1):
+        info = _commit_info(path, version)
+        if info is None:
+            break
+        entry = _entry(version, info)
+        if txn_id in entry.txn_ids:
+            if entry.lakesink in operations:
+                return entry
+            if entry.lakesink == "write":
+                return None
+    raise LookupError(f"the log of {path} no longer reaches back to transaction {txn_id}")
+
+
+def commit_time(path: str, version: int) -> datetime | None:
+    """When version ``version`` of the table was committed (None: no such version)."""
+    info = _commit_info(path, version)
+    millis = None if info is None else info.get("inCommitTimestamp", info.get("timestamp"))
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+
+
+def commit_user_metadata(path: str, version: int) -> dict[str, Any]:
+    """The ``userMetadata`` of version ``version``, parsed ({} if it has none, or no JSON).
+
+    Raises:
+        FileNotFoundError: No such version (yet, or any more).
+    """
+    info = _commit_info(path, version)
+    if info is None:
+        raise FileNotFoundError(f"{path} has no version {version}")
+    try:
+        metadata = json.loads(info.get("userMetadata") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def version_at(path: str, when: datetime) -> int | None:
+    """The table's newest version committed at or before ``when`` (None: none was, or the
+    log no longer holds it), found by bisecting the log's commit times."""
+    versions = _commit_versions(path)
+    low, high, found = 0, len(versions) - 1, None
+    while low <= high:
+        middle = (low + high) // 2
+        at = commit_time(path, versions[middle])
+        if at is not None and at <= when:
+            found, low = versions[middle], middle + 1
+        else:
+            high = middle - 1
+    return found

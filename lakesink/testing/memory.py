@@ -95,6 +95,7 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
         self.fail_commits = False
         self.reasons: dict[str, str] = {}  # why each aborted or held transaction was
         self.shown: Cut | None = None  # the cut its readers by name see
+        self.group_id: str | None = None  # the group a driver told it it is one of
 
     def _begin_transaction(self, checkpoint_id: int) -> MemoryTxn:
         txn = MemoryTxn(f"{next(self.names)}@{checkpoint_id}")
@@ -165,6 +166,9 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
 
     def show_cut(self, cut: Cut) -> None:
         self.shown = cut
+
+    def join_group(self, group_id: str) -> None:
+        self.group_id = group_id
 
 
 class MemoryCutStore(CutStore):

@@ -15,7 +15,7 @@ from lakesink.cli.commands.common import (
 from lakesink.cli.exits import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 from lakesink.cli.output import Output
 from lakesink.cli.spark_output import add_spark_options
-from lakesink.delta.modes import COMMIT_MODES
+from lakesink.tables.format import COMMIT_MODES
 
 __all__ = ["add_parser"]
 
@@ -49,10 +49,11 @@ def add_parser(commands: Subparsers) -> None:
             parser.add_argument(
                 "--mode",
                 choices=COMMIT_MODES,
-                default="merge",
-                help="how the rows become visible: a Delta MERGE that rewrites them into the "
-                "committed partition (default), or a metadata commit that moves their files "
-                "there, rewriting no row (as the writer's --commit / SinkOptions.commit)",
+                default=None,
+                help="how the rows become visible: the table's own way by default (recorded "
+                "when it was created: a Delta MERGE that writes them into the committed "
+                "partition, or a metadata commit that moves their files there); given, it "
+                "must be the table's",
             )
         add_json_option(parser)
         add_spark_options(parser)

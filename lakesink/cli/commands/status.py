@@ -22,7 +22,9 @@ def add_parser(commands: Subparsers) -> None:
     parser = commands.add_parser(
         "status",
         help="where each sink stands: last commit, pending and aborted transactions",
-        description="Per sink: the last committed checkpoint, committed rows, and every "
+        description="Per sink: its published table (the committed rows alone, for any "
+        "engine that reads Delta by path), the last committed checkpoint, committed rows, "
+        "and every "
         "pending (open, pre-committed, committing), held (failed validation) and aborted "
         "transaction with its age, rows, last error and validation result, by checkpoint "
         "id (the same ids as the job's checkpoints and the journal). With --state, also the "
@@ -68,7 +70,21 @@ def _status(args: argparse.Namespace, out: Output) -> int:
 def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
     lines = []
     for report in reports:
-        lines.append(f"sink {report['sink_id']}  ({report['table']})")
+        lines.append(
+            f"sink {report['sink_id']}  ({report['table']}, commits by {report['commit_mode']})"
+        )
+        published = report["published"]
+        if published["version"] is None:
+            lines.append(
+                "  published table: not created yet (the next open, commit or vacuum does)"
+            )
+        else:
+            behind = published["versions_behind"]
+            lines.append(
+                f"  published table: {published['path']}  (version {published['version']}, "
+                + ("up to date" if behind == 0 else f"{behind} table version(s) behind")
+                + ")"
+            )
         lines.append(
             f"  last committed checkpoint: {report['last_committed_checkpoint']}"
             f"   committed rows: {report['committed_rows']}"

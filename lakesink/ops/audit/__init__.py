@@ -9,7 +9,9 @@ half-way between its journal events and its MERGE.
 The sources, and what each says:
 
 - the journal (``lakesink.tables.journal``): every state change of every transaction;
-- the table's rows, counted per transaction, visible and masked;
+- the table: each transaction's visible rows (what its commits recorded making visible)
+  and masked rows (its pending partition's, from the log), and the committed view's rows
+  counted in the data;
 - the table's Delta history: each commit lakesink made carries ``userMetadata`` naming the
   operation (write, commit, vacuum), the checkpoint and the transaction
   (``lakesink.tables.format.commit_metadata``), so a Delta version can be lined up with the
@@ -29,7 +31,13 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 
 from lakesink.ops.audit.checks import raise_on_failures, run_checks
-from lakesink.ops.audit.reading import failed_validations, snapshot, table_history, timeline
+from lakesink.ops.audit.reading import (
+    committed_rows,
+    failed_validations,
+    snapshot,
+    table_history,
+    timeline,
+)
 from lakesink.ops.audit.records import (
     AuditReport,
     AuditSnapshot,
@@ -82,7 +90,7 @@ def audit_table(spark: SparkSession, table_path: str) -> AuditReport:
         history=history,
         timeline=audits,
         validation_failures=failed_validations(spark, snap),
-        checks=run_checks(audits, history),
+        checks=run_checks(audits, history, committed_rows=committed_rows(spark, snap)),
     )
     log.info(
         "audit of %s (sink %r, version %d): %s",
@@ -111,4 +119,4 @@ def exactly_once_checks(
     """
     history = table_history(snap) if history is None else history
     audits = timeline(spark, snap, history=history) if audits is None else audits
-    return run_checks(audits, history)
+    return run_checks(audits, history, committed_rows=committed_rows(spark, snap))

@@ -42,7 +42,10 @@ ROW_PRESERVING_OPERATIONS = frozenset(
 
 
 def run_checks(
-    audits: Sequence[TransactionAudit], history: Sequence[HistoryEntry]
+    audits: Sequence[TransactionAudit],
+    history: Sequence[HistoryEntry],
+    *,
+    committed_rows: int | None = None,
 ) -> tuple[CheckResult, ...]:
     """The checks an auditor of exactly-once wants, on a sink's timeline and its table's
     history (both read at one snapshot).
@@ -54,15 +57,16 @@ def run_checks(
        transaction the journal shows committed, decided (``committing``), or pre-committed
        with its lakesink commit MERGE in the history (a commit in flight).
     3. Committed row counts equal the journal's: each committed transaction has exactly
-       its journaled rows visible and none masked, and the committed view's total is the
-       sum of the journal's committed rows.
+       its journaled rows visible and none masked, and the committed view's total (its
+       rows counted in the table, ``committed_rows``, when given) is the sum of the
+       journal's committed rows.
     4. No row changed outside lakesink: every Delta version that can change rows was made
        by lakesink (carries its ``userMetadata``).
     """
     return (
         check_duplicates(audits, history),
         check_visibility(audits),
-        check_counts(audits),
+        check_counts(audits, committed_rows=committed_rows),
         check_foreign_changes(history),
     )
 
@@ -122,7 +126,9 @@ def check_visibility(audits: Sequence[TransactionAudit]) -> CheckResult:
     )
 
 
-def check_counts(audits: Sequence[TransactionAudit]) -> CheckResult:
+def check_counts(
+    audits: Sequence[TransactionAudit], *, committed_rows: int | None = None
+) -> CheckResult:
     """Check 3 of ``run_checks``."""
     done = [a for a in audits if a.state is TxnState.COMMITTED]
     findings = [
@@ -136,7 +142,9 @@ def check_counts(audits: Sequence[TransactionAudit]) -> CheckResult:
     ]
     # Every visible row, whoever it belongs to: what the committed view shows. A commit
     # between its MERGE and its "committed" event counts what it shows.
-    visible_total = sum(a.visible_rows for a in audits)
+    visible_total = (
+        sum(a.visible_rows for a in audits) if committed_rows is None else committed_rows
+    )
     in_flight = sum(
         a.visible_rows for a in audits if a.state is not TxnState.COMMITTED and _publishable(a)
     )

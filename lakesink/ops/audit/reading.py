@@ -1,7 +1,15 @@
 """Reading a lakesink table for its audit: pin it and its journal to versions that agree,
 then read the journal's events, the table's rows per transaction and its Delta history, all
-at those versions. Events and rows are read by Spark (``versionAsOf``); the history from
-the table's log (``lakesink.tables.history.read_history``), as ``lakesink.Table`` reads it."""
+at those versions. Events and the committed view's rows are read by Spark
+(``versionAsOf``); the history from the table's log (``lakesink.tables.history``), as
+``lakesink.Table`` reads it.
+
+No row names its transaction (format 5): a transaction's visible rows are what its commits
+made visible, as each commit records (a MERGE's own metrics, a metadata commit's
+``userMetadata``), and its masked rows are its pending partition's, by the log's statistics
+of each file. The committed view itself is counted in the data, so the checks hold those
+counts against the rows actually there.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +28,12 @@ from lakesink.core.validation import ValidationReport
 from lakesink.errors import LakesinkError
 from lakesink.ops.audit.records import AuditSnapshot, Phase, TransactionAudit, ValidationFailure
 from lakesink.storage.location import normalize
-from lakesink.tables.format import CHECKPOINT_ID, TXN_ID, VISIBLE, read_sink_table
+from lakesink.tables.deltars import pending_rows
+from lakesink.tables.format import VISIBLE, read_sink_table
 from lakesink.tables.history import HistoryEntry, first_versions, read_history, table_version
 from lakesink.tables.journal import Journal, fold
 
-__all__ = ["failed_validations", "snapshot", "table_history", "timeline"]
+__all__ = ["committed_rows", "failed_validations", "snapshot", "table_history", "timeline"]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +105,7 @@ def timeline(
     """
     history = table_history(snap) if history is None else history
     folded = {row.txn_id: row for row in fold(_events(spark, snap)).collect()}
-    counts = _row_counts(spark, snap)
+    counts = _row_counts(snap, history)
     commit_versions = first_versions(history, "commit")
     vacuum_versions = first_versions(history, "vacuum")
     now = snap.taken_at.timestamp()
@@ -118,8 +127,9 @@ def timeline(
         waiting = phase in (Phase.PENDING, Phase.HELD) and times["opened_at"] is not None
         audits.append(
             TransactionAudit(
-                # one of the two knows the transaction: folded or counts
-                checkpoint_id=cast(int, row.checkpoint_id if row else checkpoint_id),
+                # one of the two knows the transaction: folded or counts (-1: its writes are
+                # older than the log's retention, and the journal never knew it)
+                checkpoint_id=row.checkpoint_id if row else (checkpoint_id or -1),
                 txn_id=txn_id,
                 writer_id=row.writer_id if row else None,
                 state=state,
@@ -173,21 +183,44 @@ def _events(spark: SparkSession, snap: AuditSnapshot) -> DataFrame:
     )
 
 
-def _row_counts(spark: SparkSession, snap: AuditSnapshot) -> dict[str, tuple[int, int, int]]:
-    """Per transaction in the table: its checkpoint id, visible rows and masked rows."""
-    visible = F.col(VISIBLE)
-    rows = (
+def _row_counts(
+    snap: AuditSnapshot, history: Sequence[HistoryEntry]
+) -> dict[str, tuple[int | None, int, int]]:
+    """Per transaction in the table: its checkpoint id, visible rows and masked rows.
+
+    Visible: the rows its commits made visible (each commit's own count, summed: a commit
+    that ran twice shows twice). Masked: its pending partition's rows, unless a commit of
+    it made them visible already (then they are its commit's leftovers, which the commit's
+    release or the vacuum removes).
+    """
+    checkpoints: dict[str, int | None] = {}
+    visible: dict[str, int] = {}
+    for entry in history:
+        for txn_id in entry.txn_ids:
+            if entry.lakesink in ("write", "commit"):
+                checkpoints.setdefault(txn_id, entry.checkpoint_id)
+            if entry.lakesink == "commit":
+                visible[txn_id] = visible.get(txn_id, 0) + (entry.rows or 0)
+    pending = pending_rows(snap.table_path, version=snap.table_version)
+    return {
+        txn_id: (
+            checkpoints.get(txn_id),
+            visible.get(txn_id, 0),
+            0 if txn_id in visible else pending.get(txn_id, 0),
+        )
+        for txn_id in checkpoints.keys() | pending.keys()
+    }
+
+
+def committed_rows(spark: SparkSession, snap: AuditSnapshot) -> int:
+    """The committed view's rows at the snapshot's version, counted in the table."""
+    return (
         spark.read.format("delta")
         .option("versionAsOf", snap.table_version)
         .load(snap.table_path)
-        .groupBy(TXN_ID, CHECKPOINT_ID)
-        .agg(
-            F.count(F.when(visible, 1)).alias("visible"),
-            F.count(F.when(~visible, 1)).alias("masked"),
-        )
-        .collect()
+        .where(F.col(VISIBLE))
+        .count()
     )
-    return {r[TXN_ID]: (r[CHECKPOINT_ID], r.visible, r.masked) for r in rows}
 
 
 def _failures(row: Any) -> list[ValidationFailure]:
