@@ -421,7 +421,7 @@ def check(lake: str, scenario: Scenario, local: Path) -> list[str]:
     from lakesink.core import TxnState
     from lakesink.storage.location import join
     from lakesink.tables.deltars import delta_table
-    from lakesink.tables.format import SINK_ID_PROPERTY, TXN_ID, VISIBLE
+    from lakesink.tables.format import PENDING, SINK_ID_PROPERTY, VISIBLE, published_path
     from lakesink.tables.journal import read_transactions
 
     problems = []
@@ -432,16 +432,30 @@ def check(lake: str, scenario: Scenario, local: Path) -> list[str]:
         except Exception as exc:
             problems.append(f"{name}: not readable ({exc})")
             continue
-        rows = delta.to_pyarrow_table(columns=[scenario.id_column, VISIBLE, TXN_ID]).to_pylist()
+        rows = delta.to_pyarrow_table(columns=[scenario.id_column, VISIBLE, PENDING]).to_pylist()
         visible = Counter(r[scenario.id_column] for r in rows if r[VISIBLE])
         if visible != Counter(ids):
             extra = sorted((visible - Counter(ids)).elements())
             missing = sorted((Counter(ids) - visible).elements())
             problems.append(f"{name}: visible ids wrong (extra {extra}, missing {missing})")
+        # The published table, read by its path as any engine reads it, shows the same rows.
+        try:
+            published = delta_table(published_path(table)).to_pyarrow_table()
+        except Exception as exc:
+            problems.append(f"{name}: published table not readable ({exc})")
+        else:
+            shown = Counter(published.column(scenario.id_column).to_pylist())
+            if shown != visible:
+                problems.append(
+                    f"{name}: the published table shows {sorted(shown.elements())}, the "
+                    f"committed view {sorted(visible.elements())}"
+                )
+            if any(c.startswith("_lakesink_") for c in published.column_names):
+                problems.append(f"{name}: the published table shows {published.column_names}")
         sink_id = delta.metadata().configuration[SINK_ID_PROPERTY]
         statuses = read_transactions(join(lake, "_lakesink_journal"), sink_id)
         states = {s.txn_id: s.state for s in statuses}
-        masked = {r[TXN_ID] for r in rows if not r[VISIBLE]}
+        masked = {r[PENDING] for r in rows if not r[VISIBLE]}
         unaccounted = sorted(t for t in masked if states.get(t) is not TxnState.ABORTED)
         if unaccounted:
             problems.append(

@@ -333,20 +333,25 @@ def vacuum(lake: str, mode: str) -> None:
 
 
 def migrate_setup(lake: str, mode: str) -> None:
-    """A table laid out as format 1 did: partitioned by checkpoint and transaction id."""
-    from lakesink.tables.format import CHECKPOINT_ID, FORMAT_PROPERTY, TXN_ID, VISIBLE
+    """A table laid out as format 1 did: partitioned by checkpoint and transaction id, each
+    row carrying both (its committed rows' transaction ids made up: only a pending row's
+    says which transaction it belongs to)."""
+    from pyspark.sql import functions as F
+
+    from lakesink.tables.format import CHECKPOINT_ID, FORMAT_PROPERTY, VISIBLE
 
     spark = _spark()
     table = _join(lake, "orders")
     _write_batches(spark, table, "merge", [range(1, 4)])
+    txn_id = F.concat(F.lit("migrated-"), F.col(CHECKPOINT_ID).cast("string"))
     (
         spark.read.format("delta")
         .load(table)
-        .select(CHECKPOINT_ID, TXN_ID, VISIBLE, "id", "item")
+        .select(CHECKPOINT_ID, txn_id.alias("_lakesink_txn_id"), VISIBLE, "id", "item")
         .write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
-        .partitionBy(CHECKPOINT_ID, TXN_ID)
+        .partitionBy(CHECKPOINT_ID, "_lakesink_txn_id")
         .save(table)
     )
     spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('{FORMAT_PROPERTY}' = '1')")
