@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from jvm_log import jvm_log
 from pyspark.sql import functions as F
 from s3_fixture import BUCKET, s3_uri
@@ -32,7 +33,8 @@ from lakesink.errors import (
     UnknownCheckpointError,
 )
 from lakesink.spark.settings import USER_METADATA_CONF, WRITE_SETTINGS, session_conf
-from lakesink.tables.format import CHECKPOINT_ID, PENDING, TABLE_FORMAT, TXN_ID, VISIBLE
+from lakesink.tables.format import CHECKPOINT_ID, PENDING, TABLE_FORMAT, VISIBLE, writer_app_id
+from lakesink.tables.history import commit_actions, read_history
 
 SCHEMA = "order_id BIGINT, item STRING"
 
@@ -262,13 +264,18 @@ def appends(table) -> list[dict]:
     """The lakesink userMetadata of every append, in commit order, from the Delta log."""
     found = []
     for log_file in sorted((table / "_delta_log").glob("*.json")):
-        for line in log_file.read_text().splitlines():
-            action = json.loads(line)
-            if "txn" in action:  # no Delta idempotent-transaction action: none is needed
-                raise AssertionError(f"{log_file.name} has a txn action: {action}")
-            metadata = action.get("commitInfo", {}).get("userMetadata")
-            if metadata and json.loads(metadata).get("lakesink") == "write":
-                found.append(json.loads(metadata))
+        actions = [json.loads(line) for line in log_file.read_text().splitlines()]
+        metadata = next(
+            (a["commitInfo"].get("userMetadata") for a in actions if "commitInfo" in a), None
+        )
+        if not metadata or json.loads(metadata).get("lakesink") != "write":
+            continue
+        # An append is found by its userMetadata, not by a Delta txn action: none is needed
+        # (the pre-commit's and the commit's commits record the writer's txn versions).
+        txns = [a for a in actions if "txn" in a]
+        if txns:
+            raise AssertionError(f"the append {log_file.name} has a txn action: {txns}")
+        found.append(json.loads(metadata))
     return found
 
 
@@ -434,11 +441,24 @@ def test_commit_rewrites_only_its_own_transactions_files_in_a_wide_table(spark, 
     )
     merge = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").first()
     metrics = merge.operationMetrics
-    # Pruned to the partition of the committed transaction: the other writer's files of the
-    # same checkpoint were neither read for rewriting nor copied.
-    assert int(metrics["numTargetRowsUpdated"]) == 5
+    # The MERGE inserts only, its source pruned to the partition of the committed
+    # transaction: it reads those 5 rows, rewrites no file of the table, and the other
+    # writer's files of the same checkpoint were neither read for rewriting nor copied.
+    assert int(metrics["numSourceRows"]) == 5
+    assert int(metrics["numTargetRowsInserted"]) == 5
+    assert int(metrics["numTargetRowsUpdated"]) == 0
     assert int(metrics["numTargetRowsCopied"]) == 0
-    assert int(metrics["numTargetFilesRemoved"]) <= 2
+    assert int(metrics["numTargetFilesRemoved"]) == 0
+    # Then its release removes the committed transaction's pending files, and no other's.
+    (mine,) = {s.txn_id for s in sink.journal.transactions(sink.sink_id) if s.writer_id == "0"}
+    (release,) = [e for e in read_history(str(table)) if e.lakesink == "release"]
+    assert release.txn_ids == (mine,)
+    removed = [
+        a["remove"]["partitionValues"][PENDING]
+        for a in commit_actions(str(table), release.version)
+        if "remove" in a
+    ]
+    assert removed and set(removed) == {mine}
     assert sorted(r.c0 for r in committed(spark, str(table)).collect()) == [0] * 5
     sink.close()
     other.close()
@@ -778,13 +798,28 @@ def test_the_journal_is_queryable_with_plain_sql(spark, table, running):
 def test_the_masked_rows_carry_checkpoint_and_transaction(spark, table, running):
     running.write(rows(spark, [2]))
     pending = running.prepare_commit()  # pre-committed: its row is masked
-    raw = {r.order_id: r for r in spark.read.format("delta").load(str(table)).collect()}
+    frame = spark.read.format("delta").load(str(table))
+    assert frame.columns == [VISIBLE, PENDING, CHECKPOINT_ID, "order_id", "item"]
+    raw = {r.order_id: r for r in frame.collect()}
+    journal = {s.txn_id: s for s in running.journal.transactions(running.sink_id)}
     masked = raw[2]
-    assert masked[VISIBLE] is False and masked[CHECKPOINT_ID] == pending == 2
-    assert len(masked[TXN_ID]) == 32 and masked[PENDING] == masked[TXN_ID]  # its partition
-    committed = raw[1]  # once committed, a row keeps its checkpoint and transaction
+    # A masked row's transaction is its partition, which the journal puts in its checkpoint;
+    # the pre-commit recorded the checkpoint in the log too, as the writer's txn version.
+    assert masked[VISIBLE] is False and len(masked[PENDING]) == 32
+    assert journal[masked[PENDING]].checkpoint_id == pending == 2
+    assert journal[masked[PENDING]].state is TxnState.PRE_COMMITTED
+    assert DeltaTable(str(table)).transaction_version(writer_app_id("orders", "0")) == 2
+    assert masked[CHECKPOINT_ID] is None  # no reader needs it before its commit writes it
+    committed = raw[1]  # once committed, a row keeps its checkpoint; the log its transaction
     assert committed[VISIBLE] is True and committed[PENDING] is None
-    assert committed[CHECKPOINT_ID] == 1 and committed[TXN_ID] != masked[TXN_ID]
+    assert committed[CHECKPOINT_ID] == 1
+    (commit,) = [e for e in read_history(str(table)) if e.lakesink == "commit"]
+    assert (commit.checkpoint_id, commit.rows) == (1, 1)
+    (txn,) = commit.txn_ids
+    assert txn != masked[PENDING] and len(txn) == 32
+    assert (journal[txn].checkpoint_id, journal[txn].state) == (1, TxnState.COMMITTED)
+    app = writer_app_id("orders", "0", commit=True)
+    assert DeltaTable(str(table)).transaction_version(app) == 1
 
 
 def test_a_second_live_process_as_the_same_writer_is_refused(spark, table, running):
