@@ -35,7 +35,13 @@ from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers.deltars import arrow
 from lakesink.spark.settings import session_conf
-from lakesink.tables.format import PENDING, VISIBLE, commit_metadata
+from lakesink.tables.format import (
+    COMMIT_MODE_PROPERTY,
+    PENDING,
+    VISIBLE,
+    commit_metadata,
+    writer_app_id,
+)
 
 SCHEMA = "order_id BIGINT, item STRING"
 
@@ -149,41 +155,64 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     """Each publish carries the checksum (``.crc``) of the version before it, its list of
     files updated, which Spark's next write would otherwise rebuild with a state
     reconstruction, and a publish that lands on a multiple of the checkpoint interval writes
-    the log checkpoint Spark would have.
+    the log checkpoint Spark would have. So does each pre-commit, lakesink's other delta-rs
+    commit (no file, a Delta ``txn`` action).
 
     How the test knows the checksums are true: Delta itself checks each one against a full
     state reconstruction before every write (``incremental.commit.verify``) and fails the
-    write on a mismatch (``checksum.mismatch.fatal``, its default); and each publish's list
-    of files is the one Delta's state reconstruction of that version finds
-    (``Snapshot.allFiles``), field for field."""
+    write on a mismatch (``checksum.mismatch.fatal``, its default); and each commit's list
+    of files and of txn versions is the one Delta's state reconstruction of that version
+    finds (``Snapshot.allFiles``, ``Snapshot.setTransactions``), field for field."""
     table = tmp_path / "orders"
     log_folder = table / "_delta_log"
     verify = "spark.databricks.delta.incremental.commit.verify"
     spark.conf.set(verify, "true")
     try:
         sink = open_sink(spark, table)
-        publishes = []
-        for n in range(6):  # versions: 0 the table, then an append and a publish each
+        # One Spark commit first, so that a publish lands on version 10: each checkpoint
+        # is then an append (Spark), a pre-commit and a publish (both delta-rs).
+        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('team' = 'sales')")
+        pre_commits, publishes, log_checkpoints = [], [], []
+        for n in range(6):
             write(spark, sink, range(n * 10, n * 10 + 10))
-            sink.notify_checkpoint_complete(sink.prepare_commit())
-            publishes.append(DeltaTable(str(table)).version())
+            checkpoint = sink.prepare_commit()
+            pre_commits.append((DeltaTable(str(table)).version(), checkpoint))
+            sink.notify_checkpoint_complete(checkpoint)
+            publishes.append((DeltaTable(str(table)).version(), checkpoint))
+            last = log_folder / "_last_checkpoint"
+            log_checkpoints.append(
+                json.loads(last.read_text())["version"] if last.exists() else None
+            )
         write(spark, sink, [1000])  # a Spark write after the last publish, verified too
         sink.prepare_commit()
     finally:
         spark.conf.unset(verify)
 
-    assert publishes == [2, 4, 6, 8, 10, 12]
-    for version in publishes:
-        carried = json.loads((log_folder / f"{version:020d}.crc").read_text())
-        before = json.loads((log_folder / f"{version - 1:020d}.crc").read_text())
-        before.pop("txnId"), before.pop("allFiles")
-        listed = {f["path"]: _file_facts(f) for f in carried.pop("allFiles")}
-        assert listed == files_as_delta_finds(spark, table, version), version
-        assert carried == before, version
-        # Spark's append after it derived its own checksum from the carried one.
-        assert (log_folder / f"{version + 1:020d}.crc").is_file(), version
+    assert [v for v, _ in publishes] == [4, 7, 10, 13, 16, 19]
+    assert [v for v, _ in pre_commits] == [3, 6, 9, 12, 15, 18]
+    apps = {
+        "pre-commit": writer_app_id("orders", "0"),
+        "publish": writer_app_id("orders", "0", commit=True),
+    }
+    for what, commits in (("pre-commit", pre_commits), ("publish", publishes)):
+        for version, checkpoint in commits:
+            carried = json.loads((log_folder / f"{version:020d}.crc").read_text())
+            before = json.loads((log_folder / f"{version - 1:020d}.crc").read_text())
+            # Spark's own checksum names its commit (txnId); a publish's follows a pre-commit's.
+            before.pop("txnId", None), before.pop("allFiles")
+            listed = {f["path"]: _file_facts(f) for f in carried.pop("allFiles")}
+            assert listed == files_as_delta_finds(spark, table, version), (what, version)
+            recorded = _txn_versions(carried.pop("setTransactions"))
+            assert recorded == txns_as_delta_finds(spark, table, version), (what, version)
+            # The commit's own txn action, over the ones before it.
+            expected = {**_txn_versions(before.pop("setTransactions", [])), apps[what]: checkpoint}
+            assert recorded == expected, (what, version)
+            assert carried == before, (what, version)
+            # The next write (Spark's append after a publish) derived its own checksum.
+            assert (log_folder / f"{version + 1:020d}.crc").is_file(), (what, version)
     assert (log_folder / f"{10:020d}.checkpoint.parquet").is_file()
-    assert json.loads((log_folder / "_last_checkpoint").read_text())["version"] == 10
+    # The publish at version 10 wrote it (Spark's append at 20, after the loop, its own).
+    assert log_checkpoints == [None, None, 10, 10, 10, 10]
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
     assert detail.numFiles == len(live_files(table))
     # A reader starting from the publish's checkpoint sees each committed row once.
@@ -193,14 +222,28 @@ def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(s
     sink.close()
 
 
-def files_as_delta_finds(spark, table: Path, version: int) -> dict[str, tuple]:
-    """The live files of ``version`` by a state reconstruction of Spark's Delta (not from a
-    checksum): per path, its partition values, size, modification time and statistics."""
+def _txn_versions(transactions: list[dict]) -> dict[str, int]:
+    return {t["appId"]: t["version"] for t in transactions}
+
+
+def _snapshot(spark, table: Path, version: int):
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
         spark._jsparkSession, str(table)
     )
     defaults = [getattr(delta_log, f"getSnapshotAt$default${n}")() for n in (2, 3, 4)]
-    snapshot = delta_log.getSnapshotAt(version, *defaults)
+    return delta_log.getSnapshotAt(version, *defaults)
+
+
+def txns_as_delta_finds(spark, table: Path, version: int) -> dict[str, int]:
+    """Each app id's txn version at ``version``, by a state reconstruction of Spark's Delta."""
+    found = _snapshot(spark, table, version).setTransactions()
+    return {found.apply(i).appId(): found.apply(i).version() for i in range(found.length())}
+
+
+def files_as_delta_finds(spark, table: Path, version: int) -> dict[str, tuple]:
+    """The live files of ``version`` by a state reconstruction of Spark's Delta (not from a
+    checksum): per path, its partition values, size, modification time and statistics."""
+    snapshot = _snapshot(spark, table, version)
     files = [json.loads(f) for f in snapshot.allFiles().toJSON().collectAsList()]
     return {f["path"]: _file_facts(f) for f in files}
 
@@ -218,10 +261,12 @@ def test_publishes_of_one_transaction_racing_make_it_visible_once(
     write(spark, sink, range(50), parts=4)
     checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
-    metadata = commit_metadata("commit", sink.sink_id, checkpoint_id=checkpoint, txn_id=txn)
+    metadata = json.loads(
+        commit_metadata("commit", sink.sink_id, checkpoint_id=checkpoint, txn_id=txn)
+    )
     before = DeltaTable(str(table)).version()
     racers, results = 3, []
-    read = publish_module._pending_files
+    read = publish_module.pending_files
     all_read = threading.Barrier(racers, timeout=120)
 
     def read_then_meet(delta_table, txn_id):
@@ -230,7 +275,7 @@ def test_publishes_of_one_transaction_racing_make_it_visible_once(
             all_read.wait()
         return files
 
-    monkeypatch.setattr(publish_module, "_pending_files", read_then_meet)
+    monkeypatch.setattr(publish_module, "pending_files", read_then_meet)
     threads = [
         threading.Thread(target=lambda: results.append(publish(str(table), txn, metadata)))
         for _ in range(racers)
@@ -271,7 +316,7 @@ def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates
     checkpoint = sink.prepare_commit()
     txn = pending_txn(sink, checkpoint)
     first = DeltaTable(str(table)).version()
-    read = publish_module._pending_files
+    read = publish_module.pending_files
     raced = []
 
     def read_then_optimize(delta_table, txn_id):
@@ -280,7 +325,7 @@ def test_an_optimize_of_the_pending_partition_between_read_and_commit_duplicates
             raced.append(spark.sql(f"OPTIMIZE delta.`{table}` WHERE {PENDING} = '{txn}'").first())
         return files
 
-    monkeypatch.setattr(publish_module, "_pending_files", read_then_optimize)
+    monkeypatch.setattr(publish_module, "pending_files", read_then_optimize)
     with caplog.at_level(logging.WARNING, logger="lakesink.delta.publish"):
         sink.notify_checkpoint_complete(checkpoint)
 
@@ -369,7 +414,8 @@ def test_a_table_with_a_writer_feature_delta_rs_cannot_keep_is_refused(spark, tm
     ("column", "kind", "existing"),
     [
         ("at", "TIMESTAMP", False),
-        ("at", "TIMESTAMP", True),  # a table made with the MERGE, opened for the metadata commit
+        # a table made with the MERGE, switched to the metadata commit, opened
+        ("at", "TIMESTAMP", True),
         ("price", "DECIMAL(10,2)", False),
         ("ratio", "DOUBLE", False),
         ("ratio", "FLOAT", False),
@@ -384,8 +430,18 @@ def test_a_partition_column_whose_values_delta_rs_cannot_copy_exactly_is_refused
     schema = f"event_id BIGINT, {column} {kind}"
     options = {"schema": schema, "view_name": "v_events", "partition_by": (column,)}
     if existing:
-        DeltaSink.open(spark, str(table), **options).close()
+        DeltaSink.open(spark, str(table), **options).close()  # it commits by MERGE
         del options["partition_by"]  # read from the table: check_publishable refuses it
+        # Opened for the other mode, it refuses first, naming the switch.
+        mode = re.escape(COMMIT_MODE_PROPERTY)
+        switch = rf"ALTER TABLE .* SET TBLPROPERTIES \('{mode}' = 'metadata'\)"
+        with pytest.raises(
+            ConfigurationError, match=rf"commits by merge \({mode}\), not by metadata.*{switch}"
+        ):
+            DeltaSink.open(spark, str(table), commit="metadata", **options)
+        spark.sql(
+            f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('{COMMIT_MODE_PROPERTY}' = 'metadata')"
+        )
     refusal = rf"partitioned by {column} \({re.escape(kind.lower())}"
     with pytest.raises(ConfigurationError, match=refusal):
         DeltaSink.open(spark, str(table), commit="metadata", **options)
@@ -402,7 +458,7 @@ def test_an_operator_publishes_a_pending_checkpoint_by_metadata(spark, tmp_path,
     from lakesink.cli import main
 
     table = tmp_path / "orders"
-    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_operator")  # MERGE
+    sink = open_sink(spark, table, view_name="v_operator")  # a table committed by metadata
     for first in (0, 10):
         write(spark, sink, range(first, first + 10))
         sink.prepare_commit()  # checkpoints 1 and 2 pre-committed, not published
