@@ -353,10 +353,10 @@ def plan_vacuum(
     given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
     hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
-    hours = _protected(path, table.sink_id, table.journal_path, hours)
     check_expiry(expire_open_after)
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
+    hours = _protected(path, table.sink_id, table.journal_path, hours, now)
     prefix = f"vacuum {path}"
 
     statuses = journal.transactions(sink_id, table_path=path)
@@ -624,14 +624,13 @@ def _retention(
     return hours, short
 
 
-def _protected(path: str, sink_id: str, journal: str, hours: float) -> float:
+def _protected(path: str, sink_id: str, journal: str, hours: float, now: datetime) -> float:
     """The retention ``hours``, stretched so that VACUUM keeps every file a reader may read:
     each version of the published table younger than the retention shows a table version
     (behind the table's, after a crash), and a group's readers read the table at its
     version in the group's newest cut. A file of version v goes only once it was removed
     by a later version, so the files of the oldest such version stay while the version
     after it is younger than the retention."""
-    now = datetime.now(timezone.utc)
     oldest = oldest_shown(path, now - timedelta(hours=hours))
     cut = group_cut(sink_id, journal)
     if cut is not None and sink_id in cut.tables:
