@@ -153,6 +153,10 @@ COMMIT_MODE_PROPERTY = "lakesink.commitMode"
 # Whether Delta writes a table's partition values into its data files too: only a table
 # partitioned by user columns does, so that its (unpartitioned) published table reads them.
 PARTITION_VALUES_IN_FILES = "delta.writePartitionColumnsToParquet"
+# Files written under random prefixes sit in no partition's folder, and column mapping
+# writes them so too (and renames columns in the files): both refused.
+RANDOM_PREFIXES = "delta.randomizeFilePrefixes"
+COLUMN_MAPPING = "delta.columnMapping.mode"
 
 #: How a commit makes rows visible: a MERGE that rewrites them, or a metadata commit that
 #: moves their files into the committed partition (``lakesink.delta.committer``). A property
@@ -324,7 +328,8 @@ def check_sink_table(
     Any reader's check (Spark's or another engine's): its properties, partition columns
     and column names.
 
-    Raises: as ``read_sink_table``.
+    Raises: as ``read_sink_table``; ConfigurationError for a table whose files are not in
+    its partitions' folders (random file prefixes, column mapping).
     """
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(
@@ -340,6 +345,18 @@ def check_sink_table(
         raise SchemaMismatchError(
             f"the table at {path} is partitioned by {', '.join(partitions) or 'nothing'}; a "
             f"lakesink table of format {TABLE_FORMAT} starts with {', '.join(LAKESINK_PARTITIONS)}"
+        )
+    scattered = [
+        f"{name}={properties[name]}"
+        for name, plain in ((RANDOM_PREFIXES, "false"), (COLUMN_MAPPING, "none"))
+        if properties.get(name, plain).lower() != plain
+    ]
+    if scattered:
+        raise ConfigurationError(
+            f"the table at {path} has {', '.join(scattered)}: Delta then writes its files "
+            "under random prefixes, in no partition's folder, and names its columns apart "
+            "from its files', where its published table reads the committed partition's "
+            "files as they are; lakesink tables take neither"
         )
     return version
 
