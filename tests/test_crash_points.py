@@ -27,6 +27,19 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 MITMDUMP = ROOT / ".cache" / "tools" / "mitmproxy" / "bin" / "mitmdump"
 TABLE_COMMIT = r"^orders/_delta_log/\d{20}\.json$"
+# The published table's log, in the committed partition's folder of orders.
+PUBLISHED_COMMIT = (
+    r"^orders/_lakesink_visible=true/_lakesink_pending=__HIVE_DEFAULT_PARTITION__"
+    r"/_delta_log/0{19}1\.json$"
+)
+
+
+def table_version(number: int) -> str:
+    """The commit file of version ``number`` of orders (a first checkpoint's table versions:
+    0 the table, 1 its append, 2 its pre-commit's txn action, 3 its commit, 4 a MERGE's
+    release)."""
+    return rf"^orders/_delta_log/0{{19}}{number}\.json$"
+
 
 # (scenario, commit mode, store, where to kill): why each point.
 SUBSET = [
@@ -58,12 +71,17 @@ SUBSET = [
     ("micro-batch", "merge", "local", CrashPoint("before", pattern=r"^state/ingest/offsets/0$")),
     ("micro-batch", "merge", "s3", CrashPoint("after", pattern=r"^state/ingest/commits/0$")),
     # The checkpoint is recorded and published in orders, not yet in totals.
-    (
-        "two-table",
-        "metadata",
-        "local",
-        CrashPoint("after", pattern=r"^orders/_delta_log/0{19}2\.json$"),
-    ),
+    ("two-table", "metadata", "local", CrashPoint("after", pattern=table_version(3))),
+    # Pre-committed in the table's log (its txn action), not yet in the journal: the
+    # restart aborts it, its rows stay masked.
+    ("first-open", "metadata", "local", CrashPoint("after", pattern=table_version(2))),
+    # The MERGE landed, its pending files not yet released: the restart's commit finds the
+    # MERGE recorded (its txn version) and only releases.
+    ("first-open", "merge", "s3", CrashPoint("after", pattern=table_version(3))),
+    ("first-open", "merge", "local", CrashPoint("before", pattern=table_version(4))),
+    # The table committed, its published table not yet brought up: the restart's open does.
+    ("first-open", "merge", "local", CrashPoint("before", pattern=PUBLISHED_COMMIT)),
+    ("first-open", "metadata", "s3", CrashPoint("after", pattern=PUBLISHED_COMMIT)),
     # The operator's commit landed in the table; the journal does not say so yet.
     ("operator-commit", "merge", "local", CrashPoint("after", pattern=TABLE_COMMIT)),
     ("operator-commit", "metadata", "s3", CrashPoint("after", pattern=TABLE_COMMIT)),
