@@ -71,6 +71,7 @@ from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import PartitionFiles, partition_files
 from lakesink.tables.format import (
     PENDING,
+    PUBLISHED_FOLDER,
     CommitMode,
     commit_metadata,
     pending_txn_rows,
@@ -722,7 +723,8 @@ def _vacuum_files(
     if short:  # only for these two commands, like the window setting
         settings[RETENTION_CHECK_CONF] = "false"
     with session_conf(spark, settings), _quiet_console(spark):
-        files = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()} | pending
+        listed = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()}
+        files = {f for f in listed if not _published_folder(f)} | pending
         size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
         log.info(
             "vacuum %s: VACUUM RETAIN %g HOURS: %d file(s), %d bytes%s",
@@ -735,6 +737,15 @@ def _vacuum_files(
         if not dry_run:
             spark.sql(statement).collect()
     return len(files), size
+
+
+def _published_folder(listed: str) -> bool:
+    """Whether VACUUM listed the published table's folder or its parent: until a commit puts
+    a data file in the committed partition, they hold only the published table's log, which
+    VACUUM does not see (a hidden folder), so it lists them as empty folders; its delete
+    (not recursive) fails on them and keeps the log. Not removed, so not counted."""
+    folder = listed.rstrip("/")
+    return folder.endswith((f"/{PUBLISHED_FOLDER}", f"/{PUBLISHED_FOLDER.split('/')[0]}"))
 
 
 @contextmanager
