@@ -21,7 +21,8 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.ops.compact import MAX_FILE_BYTES, MIN_FILE_BYTES, file_target
 from lakesink.ops.vacuum import RETENTION_CHECK_CONF, vacuum
-from lakesink.tables.format import PENDING, TXN_ID, VISIBLE
+from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE
+from lakesink.tables.history import read_history
 from lakesink.tables.journal import Journal, JournalEntry, default_journal_path
 
 SCHEMA = "order_id BIGINT, item STRING"
@@ -65,9 +66,21 @@ def abort_one(spark, table: Path, ids, **options) -> str:
 
 
 def rows_by_txn(spark, table: Path) -> dict[str, set[tuple[int, bool]]]:
+    """Each transaction's rows, as (order id, visible). A masked row's transaction is its
+    pending partition; a committed row's is the one the table's history says published its
+    checkpoint (the MERGE stamps each row it publishes with it; the tests here commit one
+    transaction per checkpoint)."""
+    published: dict[int, set[str]] = {}
+    for entry in read_history(str(table)):
+        if entry.lakesink == "commit" and entry.rows:
+            published.setdefault(entry.checkpoint_id, set()).update(entry.txn_ids)
     found: dict[str, set[tuple[int, bool]]] = {}
     for row in spark.read.format("delta").load(str(table)).collect():
-        found.setdefault(row[TXN_ID], set()).add((row.order_id, row[VISIBLE]))
+        if row[VISIBLE]:
+            (txn,) = published[row[CHECKPOINT_ID]]
+        else:
+            txn = row[PENDING]
+        found.setdefault(txn, set()).add((row.order_id, row[VISIBLE]))
     return found
 
 
