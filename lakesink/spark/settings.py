@@ -55,12 +55,11 @@ MERGE_SINGLE_TASK_ROWS = 1_000_000
 def merge_settings(rows: int | None) -> dict[str, str]:
     """Settings for a commit's MERGE of ``rows`` rows (None: unknown).
 
-    The MERGE's source is one literal row, deterministic, so materializing it (Delta's
-    default for sources it cannot prove deterministic) is a Spark job for nothing. Its
-    pass that finds the touched files shuffles one record per target row: for a checkpoint
-    of up to a million rows, one shuffle partition is fastest (measured on 2 cores: 1.08 s
-    against 1.22 s at 100k rows); past that, the session's partitions spread the work
-    (5M rows: 8.7 s against 9.7 s with one).
+    Its source is a read of the transaction's own files, deterministic, so materializing it
+    (Delta's default for sources it cannot prove deterministic) would write every row once
+    more for nothing. A checkpoint of up to a million rows plans its few shuffles in one
+    partition (measured on 2 cores: 1.08 s against 1.22 s at 100k rows); past that, the
+    session's partitions spread the work.
     """
     settings = {"spark.databricks.delta.merge.materializeSource": "none"}
     if rows is not None and rows <= MERGE_SINGLE_TASK_ROWS:

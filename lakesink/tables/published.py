@@ -116,6 +116,10 @@ def publish(sink_path: str) -> PublishedTable:
     """Bring the published table of the sink table at ``sink_path`` up to the sink's newest
     version (creating it first if need be); return where it stands.
 
+    What it reads is the sink's commits since the version the published table shows: a
+    few small files, whatever the table's history or size (the sink table itself is
+    loaded only to create the published table, or in scenario 3).
+
     Raises:
         CommitFailedError: Other updates kept landing first, every round.
         StorageAccessError: The store refused or did not answer.
@@ -123,30 +127,33 @@ def publish(sink_path: str) -> PublishedTable:
     path = published_path(sink_path)
     for _ in range(ROUNDS):
         target = table_version(sink_path)
-        sink = delta_table(sink_path, version=target)
-        table = _created(path, sink)
+        if not is_delta_table(path):
+            _create(path, _user_fields(delta_table(sink_path, version=target)))
+        table = delta_table(path)
         mirrored = table.transaction_version(PUBLISHED_APP_ID)
         if mirrored is not None and mirrored >= target:
             return PublishedTable(
                 path=path, version=table.version(), sink_version=mirrored, behind=0
             )
-        _evolve(table, sink)
         try:
             changes = _since(sink_path, -1 if mirrored is None else mirrored, target)
         except FileNotFoundError:  # scenario 3: the sink's log no longer reaches back
-            changes = _difference(sink, table)
+            changes = _difference(delta_table(sink_path, version=target), table)
+        if changes.fields is not None and _evolve(table, changes.fields):
+            table = delta_table(path)  # its new version: what the update below follows
         if not changes.changed:  # pending rows only: nothing it shows changed
             return PublishedTable(
                 path=path, version=table.version(), sink_version=mirrored, behind=0
             )
+        types = {f["name"]: f["type"] for f in json.loads(table.schema().to_json())["fields"]}
         actions: list[AddAction | RemoveAction] = [
             *changes.removes,
-            *(_published_add(a, sink) for a in changes.adds),
+            *(_published_add(a, types) for a in changes.adds),
         ]
         metadata = json.loads(
             commit_metadata(
                 "publish",
-                sink.metadata().configuration.get(SINK_ID_PROPERTY, ""),
+                changes.sink_id or "",
                 sink_version=target,
                 checkpoints=sorted(changes.checkpoints),
             )
@@ -180,6 +187,8 @@ class _Changes:
     adds: list[dict[str, Any]]
     removes: list[RemoveAction]
     checkpoints: set[int]
+    fields: list[dict[str, Any]] | None = None  # the user's columns, if they may have changed
+    sink_id: str | None = None  # the sink, as its commits name it
 
     @property
     def changed(self) -> bool:
@@ -196,6 +205,7 @@ def _since(sink_path: str, mirrored: int, target: int) -> _Changes:
     adds: dict[str, dict[str, Any]] = {}
     removes: dict[str, dict[str, Any]] = {}
     checkpoints: set[int] = set()
+    fields, sink_id = None, None
     for version in range(mirrored + 1, target + 1):
         for action in commit_actions(sink_path, version):
             if "add" in action and _committed(action["add"]):
@@ -204,12 +214,21 @@ def _since(sink_path: str, mirrored: int, target: int) -> _Changes:
                 path = action["remove"]["path"]
                 if adds.pop(path, None) is None:
                     removes[path] = action["remove"]
+            elif "metaData" in action:
+                fields = _user_fields_of(json.loads(action["metaData"]["schemaString"]))
             elif "commitInfo" in action:
-                checkpoints |= _published_checkpoints(action["commitInfo"])
+                lakesink = _lakesink_metadata(action["commitInfo"])
+                sink_id = lakesink.get("sink_id", sink_id)
+                if lakesink.get("lakesink") == "commit" and isinstance(
+                    lakesink.get("checkpoint_id"), int
+                ):
+                    checkpoints.add(lakesink["checkpoint_id"])
     return _Changes(
         adds=list(adds.values()),
         removes=[_published_removal(r) for r in removes.values()],
         checkpoints=checkpoints,
+        fields=fields,
+        sink_id=sink_id,
     )
 
 
@@ -224,6 +243,8 @@ def _difference(sink: DeltaTable, table: DeltaTable) -> _Changes:
         adds=adds,
         removes=[_published_removal(a | {"path": prefix + a["path"]}) for a in gone],
         checkpoints=set(),
+        fields=_user_fields(sink),
+        sink_id=sink.metadata().configuration.get(SINK_ID_PROPERTY),
     )
 
 
@@ -284,12 +305,11 @@ def _relative(path: str) -> str:
     return path[len(prefix) :]
 
 
-def _published_add(add: Mapping[str, Any], sink: DeltaTable) -> AddAction:
+def _published_add(add: Mapping[str, Any], types: Mapping[str, Any]) -> AddAction:
     """The sink's ``add`` of a committed file, as the published table adds it: its path
     below the committed folder, no partition values, statistics of the user's columns
     (those of a user partition column from its value)."""
     values = add.get("partitionValues") or {}
-    types = {f["name"]: f["type"] for f in json.loads(sink.schema().to_json())["fields"]}
     stats = json.loads(add.get("stats") or "{}")
     for key in ("minValues", "maxValues", "nullCount"):
         stats[key] = {
@@ -325,47 +345,43 @@ def _published_removal(remove: Mapping[str, Any]) -> RemoveAction:
     )
 
 
-def _published_checkpoints(info: Mapping[str, Any]) -> set[int]:
-    """The checkpoints a sink commit published (its lakesink ``userMetadata``)."""
+def _lakesink_metadata(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A sink commit's lakesink ``userMetadata`` ({} for one lakesink did not make)."""
     try:
         metadata = json.loads(info.get("userMetadata") or "{}")
     except json.JSONDecodeError:
-        return set()
-    if not isinstance(metadata, dict) or metadata.get("lakesink") != "commit":
-        return set()
-    checkpoint = metadata.get("checkpoint_id")
-    return {checkpoint} if isinstance(checkpoint, int) else set()
+        return {}
+    return metadata if isinstance(metadata, dict) and "lakesink" in metadata else {}
 
 
 def _user_fields(sink: DeltaTable) -> list[dict[str, Any]]:
-    return [
-        f
-        for f in json.loads(sink.schema().to_json())["fields"]
-        if not f["name"].startswith(HIDDEN_PREFIX)
-    ]
+    return _user_fields_of(json.loads(sink.schema().to_json()))
 
 
-def _created(path: str, sink: DeltaTable) -> DeltaTable:
-    """The published table at ``path``, created first if missing (scenario 4)."""
-    if not is_delta_table(path):
-        schema = Schema.from_json(json.dumps({"type": "struct", "fields": _user_fields(sink)}))
-        storage = StorageOptions.from_env()
-        with translated(path):
-            DeltaTable.create(
-                storage.deltars_uri(path),
-                schema,
-                mode="ignore",
-                storage_options=storage.deltars_options(path) or None,
-            )
-        log.info("created the published table %s", path)
-    return delta_table(path)
+def _user_fields_of(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The user's columns of a sink table's schema (Delta's JSON form)."""
+    return [f for f in schema["fields"] if not f["name"].startswith(HIDDEN_PREFIX)]
 
 
-def _evolve(table: DeltaTable, sink: DeltaTable) -> None:
+def _create(path: str, fields: list[dict[str, Any]]) -> None:
+    """Create the published table at ``path``, no file in it (scenario 4)."""
+    schema = Schema.from_json(json.dumps({"type": "struct", "fields": fields}))
+    storage = StorageOptions.from_env()
+    with translated(path):
+        DeltaTable.create(
+            storage.deltars_uri(path),
+            schema,
+            mode="ignore",
+            storage_options=storage.deltars_options(path) or None,
+        )
+    log.info("created the published table %s", path)
+
+
+def _evolve(table: DeltaTable, fields: list[dict[str, Any]]) -> bool:
     """Add to the published table the columns the sink table gained (lakesink only ever
-    adds nullable columns)."""
+    adds nullable columns); return whether there were any."""
     have = {f["name"] for f in json.loads(table.schema().to_json())["fields"]}
-    added = [f for f in _user_fields(sink) if f["name"] not in have]
+    added = [f for f in fields if f["name"] not in have]
     if added:
         table.alter.add_columns([Field.from_json(json.dumps(f)) for f in added])
         log.info(
@@ -373,6 +389,7 @@ def _evolve(table: DeltaTable, sink: DeltaTable) -> None:
             table.table_uri,
             ", ".join(f["name"] for f in added),
         )
+    return bool(added)
 
 
 def oldest_shown(sink_path: str, since: datetime) -> int | None:
