@@ -16,8 +16,9 @@ The story the fixture writes, with times from a test clock (seconds after its st
 7. checkpoint 7, 1 row written at 200; the writer closes at 205 (aborted, kept masked).
 
 So the committed view must show exactly checkpoints 1, 3 and 4: 7 rows. A step hook reads
-the table's Delta version right after each MERGE and append, so the expected history
-mapping is what Delta reported at the time, not a guess.
+the table's Delta history right after each commit (its MERGE, then the release of its
+pending files) and append, so the expected history mapping is what Delta reported at the
+time, not a guess.
 
 The last part tries each check on records built by hand, with no Spark: each finds what was
 planted, and passes a sink that kept its promise; and the history's reader on a log written
@@ -38,6 +39,7 @@ from delta.tables import DeltaTable
 from deltalake import CommitProperties, write_deltalake
 
 from lakesink.core import TxnState, step_hook
+from lakesink.delta.committer import Committable, MergeCommitter
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import AuditFailedError, CommitRoundError, TableNotFoundError
 from lakesink.ops.audit import (
@@ -61,7 +63,7 @@ from lakesink.ops.audit.checks import (
 )
 from lakesink.ops.vacuum import vacuum
 from lakesink.spark.validation import ValidationGate
-from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.format import PENDING, VISIBLE
 from lakesink.tables.history import HistoryEntry, read_history
 
 # One xdist worker runs the module and the story is session-scoped, so it is written once:
@@ -113,7 +115,8 @@ class Story:
 
     path: Path
     txn: dict[int, str] = field(default_factory=dict)  # checkpoint id -> txn id
-    commit_version: dict[str, int] = field(default_factory=dict)
+    commit_version: dict[str, int] = field(default_factory=dict)  # its MERGE
+    release_version: dict[str, int] = field(default_factory=dict)  # the release after it
     append_version: dict[str, list[int]] = field(default_factory=dict)
     vacuum_version: int = -1
 
@@ -134,7 +137,12 @@ def build_audited_table(spark, path: Path) -> Story:
     def hook(step: str, checkpoint_id: int) -> None:
         txn_id = story.txn[checkpoint_id]  # the story's checkpoint ids are one writer's each
         if step == "after_flip":
-            story.commit_version[txn_id] = latest_version(spark, path)
+            # A commit is two versions: the insert-only MERGE, then the release of the
+            # transaction's pending files (delta-rs).
+            release, merge = DeltaTable.forPath(spark, str(path)).history(2).collect()
+            assert (merge.operation, release.operation) == ("MERGE", "WRITE")
+            story.commit_version[txn_id] = merge.version
+            story.release_version[txn_id] = release.version
             if txn_id in crash_after_flip:
                 raise Crash(f"after the MERGE of checkpoint {checkpoint_id}")
         elif step == "after_append":
@@ -334,6 +342,14 @@ def test_history_lines_delta_versions_up_with_the_journal(story, report):
         entry = by_version[audits[checkpoint].commit_version]
         assert (entry.operation, entry.lakesink, entry.rows) == ("MERGE", "commit", rows)
         assert (entry.checkpoint_id, entry.txn_ids) == (checkpoint, (story.txn[checkpoint],))
+        # Its release removed the pending files the MERGE had copied: the same rows.
+        released = by_version[story.release_version[story.txn[checkpoint]]]
+        assert (released.lakesink, released.checkpoint_id, released.rows) == (
+            "release",
+            checkpoint,
+            rows,
+        )
+        assert released.txn_ids == (story.txn[checkpoint],)
     deleted = by_version[story.vacuum_version]
     assert (deleted.operation, deleted.lakesink, deleted.txn_ids, deleted.rows) == (
         "DELETE",
@@ -368,13 +384,30 @@ def test_every_check_passes_on_the_untouched_table(spark, story, report):
     assert failed_validations(spark, report.snapshot) == report.validation_failures
 
 
+def commit_aborted(spark, table: Path, checkpoint_id: int, txn_id: str, writer_id: str) -> int:
+    """Make an aborted transaction's rows visible with a commit of lakesink's own committer,
+    as one that ignored the journal would; return the version of its MERGE. (No row names
+    its transaction: the audit knows a transaction's visible rows by the commits that
+    published them.)"""
+    MergeCommitter(spark).commit(
+        Committable(
+            table=str(table),
+            sink_id="orders",
+            checkpoint_id=checkpoint_id,
+            txn_id=txn_id,
+            writer_id=writer_id,
+        )
+    )
+    merge = DeltaTable.forPath(spark, str(table)).history().where("operation = 'MERGE'")
+    return merge.orderBy("version", ascending=False).first().version
+
+
 def test_making_an_aborted_transactions_rows_visible_fails_the_visibility_check(
     spark, story, tmp_path
 ):
     copy = tampered_copy(story, tmp_path)
     aborted = story.txn[7]
-    spark.sql(f"UPDATE delta.`{copy}` SET {VISIBLE} = true WHERE {TXN_ID} = '{aborted}'").collect()
-    tamper_version = latest_version(spark, copy)
+    tamper_version = commit_aborted(spark, copy, 7, aborted, "b")
 
     report = audit_table(spark, str(copy))
     checks = {c.name: c for c in report.checks}
@@ -384,36 +417,59 @@ def test_making_an_aborted_transactions_rows_visible_fails_the_visibility_check(
     assert visibility.offenders == (aborted,)
     assert str(visibility) == f"FAIL  no visible row of a non-committed checkpoint: {aborted}"
     assert "1 visible rows but is aborted" in visibility.findings[0].reason
+    assert {a.txn_id: a.commit_version for a in report.timeline}[aborted] == tamper_version
     # The committed view now shows a row the journal never committed.
     assert checks["committed row counts equal the journal's"].offenders == ("total",)
-    assert checks["no row changed outside lakesink"].offenders == (f"version {tamper_version}",)
+    assert checks["no row changed outside lakesink"].passed  # it wore lakesink's metadata
     with pytest.raises(AuditFailedError, match=aborted) as raised:
         raise_on_failures([report])
     assert isinstance(raised.value, AssertionError)
     assert f"no visible row of a non-committed checkpoint in {copy}" in str(raised.value)
 
 
-def test_a_duplicate_append_of_a_committed_transaction_fails_the_duplicate_check(
-    spark, story, report, tmp_path
+def test_making_an_aborted_transactions_rows_visible_by_hand_fails_the_audit(
+    spark, story, tmp_path
 ):
+    """An UPDATE of the masking bit outside lakesink: the committed view's rows counted in
+    the table are more than the journal committed, and the version is none of lakesink's."""
     copy = tampered_copy(story, tmp_path)
-    victim = story.txn[1]
-    # Replay checkpoint 1's append as a retry that Delta failed to skip would: same rows,
-    # same lakesink metadata, so only the row counts and the history can tell.
-    first_write = next(
-        e for e in report.history if e.lakesink == "write" and e.txn_ids == (victim,)
-    )
+    aborted = story.txn[7]
+    spark.sql(f"UPDATE delta.`{copy}` SET {VISIBLE} = true WHERE {PENDING} = '{aborted}'").collect()
+    tamper_version = latest_version(spark, copy)
+
+    report = audit_table(spark, str(copy))
+    checks = {c.name: c for c in report.checks}
+
+    assert checks["committed row counts equal the journal's"].offenders == ("total",)
+    assert checks["no row changed outside lakesink"].offenders == (f"version {tamper_version}",)
+    assert not report.passed
+    with pytest.raises(AuditFailedError, match=f"version {tamper_version}"):
+        raise_on_failures([report])
+
+
+def test_a_duplicate_append_of_a_committed_transaction_fails_the_duplicate_check(spark, tmp_path):
+    path = tmp_path / "orders"
+    sink = DeltaSink.open(spark, str(path), schema=SCHEMA, view_name="audit_duplicate")
+    sink.write(spark.createDataFrame([(1, "apple"), (2, "pear"), (3, "fig")], SCHEMA))
+    victim = sink.state.current.handle.txn_id
+    # Replay the append as a retry that Delta failed to skip would, before the commit: the
+    # same rows into the transaction's pending partition, the same lakesink metadata, so
+    # only the row counts and the history can tell.
+    first_write = next(e for e in read_history(str(path)) if e.lakesink == "write")
+    assert first_write.txn_ids == (victim,)
     metadata = (
-        DeltaTable.forPath(spark, str(copy))
+        DeltaTable.forPath(spark, str(path))
         .history()
         .where(f"version = {first_write.version}")
         .first()
         .userMetadata
     )
-    rows = spark.read.format("delta").load(str(copy)).where(f"{TXN_ID} = '{victim}'")
-    rows.write.format("delta").mode("append").option("userMetadata", metadata).save(str(copy))
+    rows = spark.read.format("delta").load(str(path)).where(f"{PENDING} = '{victim}'")
+    rows.write.format("delta").mode("append").option("userMetadata", metadata).save(str(path))
+    sink.notify_checkpoint_complete(sink.prepare_commit())  # its MERGE publishes all 6
+    sink.close()
 
-    checks = checks_by_name(spark, copy)
+    checks = checks_by_name(spark, path)
 
     duplicates = checks["no duplicate transaction rows"]
     assert duplicates.offenders == (victim,)
