@@ -40,12 +40,12 @@ from pyspark.sql import SparkSession
 from lakesink.delta.publish import pending_files, publish, release
 from lakesink.errors import CommitFailedError, CommitStateUnknownError
 from lakesink.spark.settings import (
+    MERGE_SETTINGS,
     USER_METADATA_CONF,
     WRITE_SETTINGS,
     CommitRetry,
     conflict_exceptions,
     labelled,
-    merge_settings,
     retry_on_conflict,
     session_conf,
 )
@@ -87,7 +87,7 @@ class Committable:
         checkpoint_id: Its checkpoint.
         txn_id: The transaction (its pending partition).
         writer_id: The writer that wrote it.
-        rows: Its rows, if known (a MERGE sizes its shuffle by them).
+        rows: Its rows, if known (none to commit: nothing is committed).
     """
 
     table: str
@@ -210,7 +210,7 @@ class MergeCommitter(Committer):
         )
         settings = {
             **WRITE_SETTINGS,
-            **merge_settings(c.rows),
+            **MERGE_SETTINGS,
             USER_METADATA_CONF: c.metadata,
             TXN_APP_CONF: app,
             TXN_VERSION_CONF: str(c.checkpoint_id),

@@ -18,13 +18,13 @@ from pyspark.sql import SparkSession
 from lakesink.errors import ConfigurationError
 
 __all__ = [
+    "MERGE_SETTINGS",
     "USER_METADATA_CONF",
     "WRITE_SETTINGS",
     "CommitRetry",
     "conflict_exceptions",
     "job_tag",
     "labelled",
-    "merge_settings",
     "retry_on_conflict",
     "session_commit_metadata",
     "session_conf",
@@ -48,23 +48,10 @@ WRITE_SETTINGS = {
     "spark.sql.maxConcurrentOutputFileWriters": "2",
     "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false",
 }
-# Rows a commit's MERGE shuffles in one task before it is worth spreading them over cores.
-MERGE_SINGLE_TASK_ROWS = 1_000_000
-
-
-def merge_settings(rows: int | None) -> dict[str, str]:
-    """Settings for a commit's MERGE of ``rows`` rows (None: unknown).
-
-    Its source is a read of the transaction's own files, deterministic, so materializing it
-    (Delta's default for sources it cannot prove deterministic) would write every row once
-    more for nothing. A checkpoint of up to a million rows plans its few shuffles in one
-    partition (measured on 2 cores: 1.08 s against 1.22 s at 100k rows); past that, the
-    session's partitions spread the work.
-    """
-    settings = {"spark.databricks.delta.merge.materializeSource": "none"}
-    if rows is not None and rows <= MERGE_SINGLE_TASK_ROWS:
-        settings["spark.sql.shuffle.partitions"] = "1"
-    return settings
+# A commit's MERGE reads the transaction's own files as its source, deterministic, so
+# materializing it (Delta's default for sources it cannot prove deterministic) would write
+# every row once more for nothing.
+MERGE_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none"}
 
 
 # A session's SQL conf is shared by every thread that uses the session: two sinks writing
