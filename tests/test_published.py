@@ -25,6 +25,7 @@ import lakesink.delta.sink as sink_module
 from lakesink.cli import main
 from lakesink.delta.sink import DeltaSink
 from lakesink.ops.vacuum import plan_vacuum
+from lakesink.storage.options import StorageOptions, deltars_uri
 from lakesink.tables.format import PUBLISHED_APP_ID, writer_app_id
 from lakesink.tables.published import publish, published_table
 
@@ -252,3 +253,24 @@ def test_the_published_log_is_checkpointed_and_the_sinks_checksums_are_true(spar
         checked += 1
     assert checked >= 11
     assert DeltaTable(str(published)).transaction_version(PUBLISHED_APP_ID) is not None
+
+
+def test_a_vacuum_before_any_commit_keeps_the_published_tables_log(spark, lake):
+    """Until a commit puts a file in the committed partition, its folder holds only the
+    published table's log, hidden from Delta's VACUUM, which sees an empty folder there:
+    on local disk and on S3, the log stays and the table reads."""
+    from lakesink.ops.vacuum import vacuum
+
+    path = f"{lake}/orders"
+    sink = DeltaSink.open(spark, path, schema=SCHEMA, view_name="v_vacuum_empty")
+    sink.write(spark.createDataFrame([(1, "x")], SCHEMA))
+    sink.prepare_commit()  # pending only
+    sink.close()
+    report = vacuum(spark, path, retain_hours=0, allow_short_retention=True)
+    assert report.files_removed == 0
+    published = lakesink.Table(path).published
+    storage = StorageOptions.from_env()
+    table = DeltaTable(
+        deltars_uri(published), storage_options=storage.deltars_options(published) or None
+    )
+    assert table.to_pyarrow_table().num_rows == 0 and table.schema().fields
