@@ -274,3 +274,22 @@ def test_a_vacuum_before_any_commit_keeps_the_published_tables_log(spark, lake):
         deltars_uri(published), storage_options=storage.deltars_options(published) or None
     )
     assert table.to_pyarrow_table().num_rows == 0 and table.schema().fields
+
+
+def test_a_table_created_without_a_published_table_has_none_until_switched(spark, orders, capsys):
+    from lakesink.errors import ConfigurationError
+    from lakesink.tables.format import PUBLISHED_PROPERTY
+
+    sink = open_sink(spark, orders, "merge", published=False)
+    checkpoint(spark, sink, range(0, 5))
+    sink.close()
+    assert not Path(lakesink.Table(str(orders)).published, "_delta_log").exists()
+    assert main(["status", str(orders)]) == 0
+    assert "published table: off" in capsys.readouterr().out
+    with pytest.raises(
+        ConfigurationError, match=rf"does not keep .*'{PUBLISHED_PROPERTY}' = 'true'"
+    ):
+        open_sink(spark, orders, "merge", published=True)
+    spark.sql(f"ALTER TABLE delta.`{orders}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = 'true')")
+    open_sink(spark, orders, "merge").close()  # switched on: the next open makes it
+    assert published_ids(orders) == Counter(range(5))

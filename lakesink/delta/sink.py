@@ -182,6 +182,10 @@ class SinkOptions:
         merge_schema: Add the columns ``schema`` has and an existing table lacks, as
             Delta's ``mergeSchema`` does (nullable columns only; rows written before read
             them as null). A dropped column or a changed type is still refused.
+        published: Whether lakesink keeps the table's published table, the committed rows
+            alone for any engine by path (``lakesink.Table(path).published``); recorded on
+            the table when it is created (``lakesink.published``); default: the table's,
+            kept for a new one. ``False`` is the explicit way to go without one.
     """
 
     sink_id: str | None = None
@@ -195,6 +199,7 @@ class SinkOptions:
     partition_by: tuple[str, ...] | None = None
     commit: CommitMode | None = None
     merge_schema: bool = False
+    published: bool | None = None
 
     def __post_init__(self) -> None:
         if self.commit is not None:
@@ -436,6 +441,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 partition_by=self.options.partition_by,
                 merge_schema=self.options.merge_schema,
                 commit_mode=self.options.commit,
+                published=self.options.published,
             )
             self.schema = self._table.schema
             if self._table.commit_mode == "metadata":
@@ -652,8 +658,11 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             self._publish()
 
     def _publish(self) -> None:
-        """Bring the table's published table up to date; a failure is logged, never raised:
-        the table is derived, and the next open, commit or vacuum brings it up."""
+        """Bring the table's published table up to date (if it keeps one); a failure is
+        logged, never raised: the table is derived, and the next open, commit or vacuum
+        brings it up."""
+        if not self.sink_table.published:
+            return
         try:
             with translated(self.path):
                 publish(self.path)

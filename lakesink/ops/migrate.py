@@ -57,6 +57,7 @@ from lakesink.tables.format import (
     LAKESINK_PARTITIONS,
     PARTITION_VALUES_IN_FILES,
     PENDING,
+    PUBLISHED_PROPERTY,
     SINK_ID_PROPERTY,
     TABLE_FORMAT,
     VISIBLE,
@@ -250,7 +251,8 @@ def migrate_table(spark: SparkSession, path: str, *, dry_run: bool = False) -> T
                 resolve_relative(plan.path, journal), plan.path
             )
         _set_properties(spark, plan.path, properties)
-        publish(plan.path)
+        if _properties(spark, plan.path).get(PUBLISHED_PROPERTY, "true").lower() != "false":
+            publish(plan.path)
         log.info("migrated %s to format %d", plan.path, TABLE_FORMAT)
     finally:
         for lock in taken:

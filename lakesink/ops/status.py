@@ -35,7 +35,9 @@ class SinkStatus:
     held: tuple[TransactionStatus, ...]  # failed validation: an operator decides
     aborted: tuple[TransactionStatus, ...]
     commit_mode: CommitMode = "merge"
-    published: PublishedTable | None = None  # the committed rows, for any engine by path
+    published: PublishedTable | None = (
+        None  # the committed rows, for any engine by path (None: off)
+    )
 
     @property
     def last_committed_checkpoint(self) -> int | None:
@@ -97,7 +99,7 @@ def sink_status(path: str) -> SinkStatus:
         held=tuple(s for s in transactions if s.state is TxnState.HELD),
         aborted=tuple(s for s in transactions if s.state is TxnState.ABORTED),
         commit_mode=table.commit_mode,
-        published=published_table(path),
+        published=published_table(path) if table.published else None,
     )
 
 

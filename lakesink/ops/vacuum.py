@@ -151,6 +151,7 @@ class VacuumPlan:
             after their metadata commit (``lakesink.delta.publish``, scenario 2). They are
             committed again, the table's way.
         commit_mode: The table's commit mode (how those are committed again).
+        published: Whether lakesink keeps the table's published table.
     """
 
     table_path: str
@@ -168,6 +169,7 @@ class VacuumPlan:
     compaction: tuple[Compaction, ...] = ()
     unpublished: tuple[TransactionStatus, ...] = ()
     commit_mode: CommitMode = "merge"
+    published: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,6 +423,7 @@ def plan_vacuum(
         already_vacuumed=already,
         unpublished=tuple(committed[txn_id] for txn_id in left),
         commit_mode=table.commit_mode,
+        published=table.published,
         compaction=(
             tuple(
                 plan_compaction(
@@ -501,7 +504,8 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
             )
         )
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
-    publish(plan.table_path)
+    if plan.published:
+        publish(plan.table_path)
     files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
     return _report(
         dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),

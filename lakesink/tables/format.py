@@ -107,6 +107,7 @@ __all__ = [
     "PENDING",
     "PUBLISHED_APP_ID",
     "PUBLISHED_FOLDER",
+    "PUBLISHED_PROPERTY",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
     "VISIBLE",
@@ -150,6 +151,8 @@ SINK_ID_PROPERTY = "lakesink.sinkId"
 JOURNAL_PROPERTY = "lakesink.journal"
 FORMAT_PROPERTY = "lakesink.formatVersion"
 COMMIT_MODE_PROPERTY = "lakesink.commitMode"
+# Whether lakesink keeps the table's published table ("true" unless set otherwise).
+PUBLISHED_PROPERTY = "lakesink.published"
 # Whether Delta writes a table's partition values into its data files too: only a table
 # partitioned by user columns does, so that its (unpartitioned) published table reads them.
 PARTITION_VALUES_IN_FILES = "delta.writePartitionColumnsToParquet"
@@ -238,6 +241,7 @@ class SinkTable:
     partition_by: tuple[str, ...] = ()  # the user's partition columns
     properties: Mapping[str, str] = field(default_factory=dict)  # all the table's properties
     commit_mode: CommitMode = "merge"  # how its rows are published (lakesink.commitMode)
+    published: bool = True  # whether lakesink keeps its published table (lakesink.published)
 
     @property
     def published_path(self) -> str:
@@ -317,6 +321,7 @@ def sink_table(
         commit_mode=check_commit_mode(
             properties.get(COMMIT_MODE_PROPERTY, "merge"), what=f"{COMMIT_MODE_PROPERTY} of {path}"
         ),
+        published=properties.get(PUBLISHED_PROPERTY, "true").lower() != "false",
     )
 
 
@@ -371,6 +376,7 @@ def ensure_sink_table(
     partition_by: tuple[str, ...] | None = None,
     merge_schema: bool = False,
     commit_mode: CommitMode | None = None,
+    published: bool | None = None,
 ) -> tuple[SinkTable, bool]:
     """Create the sink table or check the existing one; return it and whether it was created.
 
@@ -378,8 +384,9 @@ def ensure_sink_table(
     ``partition_by`` names user columns to partition a new table by (after lakesink's own
     partition columns); given for an existing table, it must be the table's. With
     ``merge_schema``, the nullable columns ``schema`` adds to an existing table are added
-    to it (one Delta commit that changes only its metadata). ``commit_mode`` is recorded
-    for a new table (default ``merge``); given for an existing one, it must be the table's.
+    to it (one Delta commit that changes only its metadata). ``commit_mode`` and whether
+    lakesink keeps a published table (``published``) are recorded for a new table (default
+    ``merge``, kept); given for an existing one, each must be the table's.
 
     Raises:
         ConfigurationError: The table belongs to another sink or journal, is partitioned
@@ -420,6 +427,14 @@ def ensure_sink_table(
                 f"while no writer runs: ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
                 f"('{COMMIT_MODE_PROPERTY}' = '{commit_mode}')"
             )
+        if published is not None and published != table.published:
+            keeps = "keeps" if table.published else "does not keep"
+            raise ConfigurationError(
+                f"the table at {path} {keeps} a published table ({PUBLISHED_PROPERTY}): omit "
+                "published= to keep the table's way, or switch it: ALTER TABLE "
+                f"delta.`{path}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = "
+                f"'{str(published).lower()}')"
+            )
         return table, False
     if schema is None:
         raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
@@ -449,6 +464,7 @@ def ensure_sink_table(
         .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
         .property(COMMIT_MODE_PROPERTY, commit_mode or "merge")
+        .property(PUBLISHED_PROPERTY, str(published is not False).lower())
         .property(PARTITION_VALUES_IN_FILES, str(bool(partition_by)).lower())
         # Auto-compaction would rewrite pending partitions under a publish, which would
         # then conflict and start again (lakesink.delta.publish); lakesink compacts
@@ -465,6 +481,7 @@ def ensure_sink_table(
         schema=schema,
         partition_by=partition_by,
         commit_mode=commit_mode or "merge",
+        published=published is not False,
     )
     return table, True
 

@@ -74,7 +74,9 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
             f"sink {report['sink_id']}  ({report['table']}, commits by {report['commit_mode']})"
         )
         published = report["published"]
-        if published["version"] is None:
+        if published is None:
+            lines.append("  published table: off (lakesink.published = false)")
+        elif published["version"] is None:
             lines.append(
                 "  published table: not created yet (the next open, commit or vacuum does)"
             )
