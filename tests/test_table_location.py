@@ -11,11 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_migrate_table import as_old_format
 
 from lakesink import committed
 from lakesink.cli import main
 from lakesink.delta.sink import DeltaSink
-from lakesink.errors import ConfigurationError
+from lakesink.errors import ConfigurationError, FormatVersionError
 from lakesink.ops.status import sink_status
 from lakesink.readers.deltars import arrow
 from lakesink.storage.files import write_bytes
@@ -99,18 +100,18 @@ def test_a_format_2_table_records_its_journal_relative_once_migrated(spark, tmp_
     sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_loc_g")
     write_checkpoint(spark, sink, [1])
     sink.close()
+    as_old_format(spark, table, 2)  # its journal recorded whole, as format 2 did
     journal = str(tmp_path / "_lakesink_journal")
-    spark.sql(
-        f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES "
-        f"('{FORMAT_PROPERTY}' = '2', '{JOURNAL_PROPERTY}' = '{journal}')"
-    )
-    assert sink_status(str(table)).journal_path == journal  # format 2 is read as it is
+    assert properties(spark, table)[JOURNAL_PROPERTY] == journal
+    with pytest.raises(FormatVersionError, match=r"format 2, older .*migrate-table"):
+        sink_status(str(table))  # format 2 is no longer read as it is
 
     assert main(["migrate-table", str(table)]) == 0
     assert f"rewritten from format 2 to {TABLE_FORMAT}" in capsys.readouterr().out
     found = properties(spark, table)
     assert found[FORMAT_PROPERTY] == str(TABLE_FORMAT)
     assert found[JOURNAL_PROPERTY] == "../_lakesink_journal"
+    assert sink_status(str(table)).journal_path == journal
     assert ids(spark, table) == [1]
 
 
