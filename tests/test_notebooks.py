@@ -20,12 +20,12 @@ import pytest
 from conftest import TEST_SPARK_CONF
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from test_audit import CHECK_NAMES, SCHEMA, SUITE
+from test_audit import CHECK_NAMES, SCHEMA, SUITE, commit_aborted
 
 from lakesink import committed
 from lakesink.delta.sink import DeltaSink
 from lakesink.spark.validation import ValidationGate
-from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.format import VISIBLE
 from lakesink.tables.journal import Journal, default_journal_path
 
 # One xdist worker runs the module, so its table is written once, not per worker.
@@ -159,9 +159,9 @@ def test_audit_notebook_fails_naming_the_check_on_a_tampered_table(spark, table,
     shutil.copytree(path, tampered)  # same sink; a copy of its journal beside it
     shutil.copytree(path.parent / "_lakesink_journal", tmp_path / "_lakesink_journal")
     aborted = txn[3]
-    spark.sql(
-        f"UPDATE delta.`{tampered}` SET {VISIBLE} = true WHERE {TXN_ID} = '{aborted}'"
-    ).collect()
+    # Its rows made visible by a commit that ignored the journal (``test_audit`` says why a
+    # commit: the audit knows a transaction's visible rows by the commits that published them).
+    commit_aborted(spark, tampered, 3, aborted, "0")
 
     with pytest.raises(CellExecutionError) as raised:
         run_notebook("audit.ipynb", tmp_path, tables=[str(tampered)], spark_conf=TEST_SPARK_CONF)
