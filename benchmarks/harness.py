@@ -28,12 +28,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakesink.delta import sink as sink_module
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import LakesinkError
 from lakesink.spark.sql import delta_path
 from lakesink.storage.files import object_store
 from lakesink.storage.location import join, normalize
 from lakesink.storage.options import StorageOptions
+from lakesink.tables.published import PublishedTable, published_table
 
 __all__ = [
     "BenchmarkError",
@@ -53,7 +55,9 @@ __all__ = [
     "machine",
     "open_sink",
     "plain_append",
+    "published_rows",
     "timed",
+    "timing_publish",
     "versus",
 ]
 
@@ -68,7 +72,8 @@ class BenchmarkError(LakesinkError):
 
 @dataclass(frozen=True)
 class Timing:
-    """The seconds each repetition of one measured action took."""
+    """The seconds each repetition of one measured action took (or another figure each
+    repetition gave, where its name says so: bytes of memory in section 13)."""
 
     samples: tuple[float, ...]
 
@@ -250,10 +255,56 @@ def delta_files(spark: SparkSession, path: str) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["numFiles"])
 
 
-def last_operation_metrics(spark: SparkSession, path: str) -> dict[str, str]:
-    """The operation metrics of the table's latest Delta commit (a MERGE: its files and times)."""
-    row = spark.sql(f"DESCRIBE HISTORY {delta_path(path)} LIMIT 1").first()
+def last_operation_metrics(
+    spark: SparkSession, path: str, operation: str | None = None
+) -> dict[str, str]:
+    """The operation metrics of the table's latest Delta commit, or of its latest commit of
+    ``operation`` (``"MERGE"``: its rows, files and times; a MERGE commit is followed by
+    lakesink's release, a delta-rs commit of no metrics)."""
+    history = spark.sql(f"DESCRIBE HISTORY {delta_path(path)}")
+    if operation is not None:
+        history = history.where(F.col("operation") == operation)
+    row = history.orderBy(F.col("version").desc()).first()
     return dict(row["operationMetrics"] or {}) if row else {}
+
+
+@contextmanager
+def timing_publish() -> Iterator[list[float]]:
+    """Yield a list that gets the seconds of each update of a published table
+    (``lakesink.tables.published.publish``) a sink makes inside the block.
+
+    A sink brings its table's published table up to date right after each commit that
+    made rows visible, and swallows a failure (the table is derived; the next commit
+    brings it up): the sink's own call is timed as it is, so what a commit costs stays
+    the same; ``published_rows`` then checks that the update happened.
+    """
+    real = sink_module.publish
+    seconds: list[float] = []
+
+    def publish(path: str) -> PublishedTable:
+        start = time.perf_counter()
+        try:
+            return real(path)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    sink_module.publish = publish
+    try:
+        yield seconds
+    finally:
+        sink_module.publish = real
+
+
+def published_rows(spark: SparkSession, path: str) -> DataFrame:
+    """The published table of the sink table at ``path``, read by path as any Delta
+    reader does, after checking that it shows the table's newest version."""
+    published = published_table(path)
+    if published.behind:
+        raise BenchmarkError(
+            f"the published table of {path} is {published.behind} version(s) behind the "
+            "table: an update failed (the sink logged why)"
+        )
+    return spark.read.format("delta").load(published.path)
 
 
 class ScanCounter:

@@ -11,8 +11,11 @@ checkpoints in the full run):
 - commit: one small checkpoint is written and pre-committed (untimed), then committed;
   the plain twin gets the same rows appended (the baseline of both sections). The files
   the commit's MERGE reads are counted: constant means it is pruned to its transaction.
-  A third table, whose sink commits by metadata, grows with them and has its commit timed
-  the same way.
+  A third table, created in the metadata mode, grows with them and has its commit timed
+  the same way. The update of each table's published table inside the measured commits
+  is timed too (section 12: its cost should stay flat as the history grows), and each
+  table's committed view and published table are checked to hold every committed row at
+  each point.
 """
 
 from __future__ import annotations
@@ -30,14 +33,19 @@ from benchmarks.harness import (
     Workspace,
     alternate,
     batch,
+    check_rows,
     create_plain_table,
     delta_files,
     open_sink,
     plain_append,
+    published_rows,
     timed,
+    timing_publish,
 )
 from benchmarks.report import Column, Section
+from lakesink.delta.sink import DeltaSink
 from lakesink.ops.vacuum import VacuumReport, vacuum
+from lakesink.readers.spark import committed
 
 __all__ = ["HistoryPoint", "commit_history_section", "measure", "vacuum_section"]
 
@@ -51,6 +59,8 @@ class HistoryPoint:
     table_files: int  # data files in the table's current version then
     commit: Timing
     metadata_commit: Timing  # the same checkpoint's commit in the table committed by metadata
+    publish: Timing  # the update of the published table inside ``commit``
+    metadata_publish: Timing  # and inside ``metadata_commit``
     plain_append: Timing
     vacuum: Timing
     commit_files_read: int | None  # data files the measured commit's scans read
@@ -68,9 +78,11 @@ class _GrowingTables:
         self.path = f"{folder}/events"
         self.plain = f"{folder}/plain"
         self.sink = open_sink(spark, self.path, rows.schema)
-        self.metadata_sink = open_sink(spark, f"{folder}/published", rows.schema, commit="metadata")
+        self.metadata_path = f"{folder}/events-metadata"
+        self.metadata_sink = open_sink(spark, self.metadata_path, rows.schema, commit="metadata")
         create_plain_table(spark, self.plain, rows.schema)
         self.committed = 0  # checkpoints committed by the sink
+        self.metadata_committed = 0  # and by the metadata sink
         self.blocks = 0  # batches handed out, so every batch has distinct ids
         self.scans = ScanCounter(spark)
 
@@ -86,25 +98,41 @@ class _GrowingTables:
                 sink.notify_checkpoint_complete(sink.prepare_commit())
             plain_append(rows, self.plain)
             self.committed += 1
+            self.metadata_committed += 1
 
     def time_commit(self, files_read: list[int | None]) -> dict[str, float]:
-        self.sink.write(self.next_batch())
-        checkpoint = self.sink.prepare_commit()
-        with self.scans.counting() as counted:
-            seconds = timed(lambda: self.sink.notify_checkpoint_complete(checkpoint))
-        files_read.append(counted[0])
+        seconds, publish = self._time_commit(self.sink, files_read)
         self.committed += 1
-        return {"commit": seconds}
+        return {"commit": seconds, "publish": publish}
 
     def time_metadata_commit(self) -> dict[str, float]:
         """The commit of the same size into the table committed by metadata, as old."""
-        self.metadata_sink.write(self.next_batch())
-        checkpoint = self.metadata_sink.prepare_commit()
-        return {
-            "metadata_commit": timed(
-                lambda: self.metadata_sink.notify_checkpoint_complete(checkpoint)
-            )
-        }
+        seconds, publish = self._time_commit(self.metadata_sink, [])
+        self.metadata_committed += 1
+        return {"metadata_commit": seconds, "metadata_publish": publish}
+
+    def _time_commit(self, sink: DeltaSink, files_read: list[int | None]) -> tuple[float, float]:
+        """Seconds of a small checkpoint's commit (written and pre-committed untimed), and
+        of the published table's update inside it; the files the commit's scans read go
+        into ``files_read``."""
+        sink.write(self.next_batch())
+        checkpoint = sink.prepare_commit()
+        with self.scans.counting() as counted, timing_publish() as published:
+            seconds = timed(lambda: sink.notify_checkpoint_complete(checkpoint))
+        files_read.append(counted[0])
+        if len(published) != 1:
+            raise BenchmarkError(f"a commit of {sink.path} updated its published table {published}")
+        return seconds, published[0]
+
+    def check(self) -> None:
+        """Both tables' committed views and published tables hold every committed row."""
+        for path, checkpoints in (
+            (self.path, self.committed),
+            (self.metadata_path, self.metadata_committed),
+        ):
+            rows = checkpoints * self.size
+            check_rows(committed(self.spark, path), rows, f"the committed view of {path}")
+            check_rows(published_rows(self.spark, path), rows, f"the published table of {path}")
 
     def time_plain_append(self) -> dict[str, float]:
         rows = self.next_batch()
@@ -158,6 +186,7 @@ def measure(
                 tables.time_metadata_commit,
                 tables.time_plain_append,
             )
+            tables.check()
             results.append(
                 HistoryPoint(
                     history=point,
@@ -165,6 +194,8 @@ def measure(
                     table_files=table_files,
                     commit=timings["commit"],
                     metadata_commit=timings["metadata_commit"],
+                    publish=timings["publish"],
+                    metadata_publish=timings["metadata_publish"],
                     plain_append=timings["plain_append"],
                     vacuum=vacuums,
                     commit_files_read=files_read[-1],
@@ -210,6 +241,8 @@ def commit_history_section(points: Sequence[HistoryPoint], size: int) -> Section
                 "samples": {
                     "commit": list(p.commit.samples),
                     "metadata_commit": list(p.metadata_commit.samples),
+                    "publish": list(p.publish.samples),
+                    "metadata_publish": list(p.metadata_publish.samples),
                     "plain_append": list(p.plain_append.samples),
                 },
             }
