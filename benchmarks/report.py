@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 __all__ = ["Column", "Section", "render_text", "write_json", "write_png"]
 
-Kind = Literal["int", "seconds", "ratio", "text"]
+Kind = Literal["int", "seconds", "ms", "ratio", "text"]
 Row = dict[str, Any]
 
 
@@ -27,7 +27,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Section:
-    """One of the five measurements, as the table the report prints.
+    """One section of the report: a measurement, as the table the report prints.
 
     Attributes:
         key: Stable identifier (the JSON key).
@@ -49,8 +49,10 @@ def _cell(value: object, kind: Kind) -> str:
         return "n/a"
     if kind == "seconds":
         return f"{value:.2f} s"
-    if kind == "ratio":
-        return f"{value:.2f}x"
+    if kind == "ratio":  # small ratios (a fraction of the baseline) to two figures
+        return f"{value:.2f}x" if value >= 0.1 else f"{value:.2g}x"
+    if kind == "ms":
+        return f"{value * 1000:,.1f} ms"
     if kind == "int":
         return f"{value:,}"
     return str(value)
@@ -140,7 +142,8 @@ def _panels() -> dict[str, Callable[..., None]]:
             _ratio_bars,
             label=lambda row: f"{_short(row['rows'])} rows",
             bars=(
-                ("pre_commit_ratio", "pre-commit"),
+                ("pre_commit_ratio", "pre-commit (MERGE table)"),
+                ("metadata_pre_commit_ratio", "pre-commit (metadata table)"),
                 ("total_ratio", "checkpoint (MERGE)"),
                 ("metadata_total_ratio", "checkpoint (metadata)"),
             ),
@@ -185,7 +188,11 @@ def _panels() -> dict[str, Callable[..., None]]:
         ),
         "accumulated": partial(
             _ratio_bars,
-            label=lambda row: f"{_short(row['checkpoints'])} checkpoints\n{row['state']}",
+            label=lambda row: (
+                f"{_short(row['checkpoints'])} checkpoints"
+                + (" (built)" if row["written"] == "built directly" else "")
+                + f"\n{row['state']}"
+            ),
             bars=(("ratio", "committed-view aggregate"),),
             ylabel="x the same aggregate on plain Delta",
         ),
@@ -212,7 +219,34 @@ def _panels() -> dict[str, Callable[..., None]]:
             ylabel="x the same work on local disk",
             target=None,  # no target: the figure says what object storage costs
         ),
+        "published": partial(
+            _ratio_bars,
+            label=_published_label,
+            bars=(("merge_ratio", "MERGE table"), ("metadata_ratio", "metadata table")),
+            ylabel="x the baseline (an append; reads: plain Delta), log",
+            target=1.02,
+            log_y=True,
+        ),
+        "memory": partial(
+            _ratio_bars,
+            label=lambda row: row["what"].replace(" (", "\n("),
+            bars=(
+                ("merge_ratio", "checkpoint (MERGE)"),
+                ("metadata_ratio", "checkpoint (metadata)"),
+            ),
+            ylabel="peak, x the idempotent append's",
+            target=None,
+        ),
     }
+
+
+def _published_label(row: Row) -> str:
+    """Section 12's bars: the update after a commit by size and by history, then reads."""
+    if row["kind"] == "size":
+        return f"publish\n{_short(row['rows'])} rows"
+    if row["kind"] == "history":
+        return f"publish\nhistory {_short(row['history'])}"
+    return f"read by path\n{row['query']}"
 
 
 def _ratio_bars(  # type: ignore[no-untyped-def]
@@ -224,6 +258,7 @@ def _ratio_bars(  # type: ignore[no-untyped-def]
     bars: tuple[tuple[str, str], ...],
     ylabel: str,
     target: float | None = 1.1,
+    log_y: bool = False,
 ) -> None:
     width = 0.8 / len(bars)
     for i, (key, name) in enumerate(bars):
@@ -231,7 +266,10 @@ def _ratio_bars(  # type: ignore[no-untyped-def]
         xs = [j + offset for j in range(len(section.rows))]
         heights = [row[key] for row in section.rows]
         drawn = ax.bar(xs, heights, width, label=name)
-        ax.bar_label(drawn, labels=[f"{h:.1f}x" for h in heights], fontsize=7)
+        labels = [f"{h:.2g}x" if log_y else f"{h:.1f}x" for h in heights]
+        ax.bar_label(drawn, labels=labels, fontsize=7)
+    if log_y:
+        ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=1)
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target}x")

@@ -17,6 +17,15 @@ generating them is never measured) and, in one run:
 9. Pre-commit, commit and a micro-batch on an S3 server vs the same work on local disk.
 10. A group's tables read at one cut vs at their latest versions; what recording it costs.
 11. A scheduled availableNow run into an existing table (opening included) vs foreachBatch.
+12. The published table: its update after a commit (by size, by history), and reading it by
+    path with Spark vs a plain Delta table.
+13. Peak memory (JVM heap, JVM and Python resident sets) of a checkpoint vs an idempotent
+    append of the same rows.
+
+Every section that commits does so in a table of each commit mode (MERGE and metadata): the
+mode is a table property, recorded when a table is created. Sections 1, 2, 3 and 12 share
+their measurements: section 12's update costs are timed inside the commits of sections 1
+and 3, so asking for section 12 alone measures theirs too.
 
 Section 9 starts a SeaweedFS S3 server on loopback in the run's workspace folder (its data on
 the same disk), and the run's one session then reaches it too: its ratios show what
@@ -47,7 +56,9 @@ from benchmarks import (
     checkpoint,
     cut,
     history,
+    memory,
     object_store,
+    published,
     reader,
     scheduled,
     streaming,
@@ -77,24 +88,29 @@ class Suite:
     """The sizes of one run.
 
     Attributes:
-        write_rows: Rows per write for section 1.
+        write_rows: Rows per write for sections 1 and 12 (the published table's update).
         commit_rows: Checkpoint sizes for section 2 (measured with section 1's sizes).
-        history: Committed checkpoints in the table at each point of sections 3 and 5.
-        history_rows: Rows per checkpoint in sections 3 and 5.
-        reader_checkpoints: Committed checkpoints the reader tables hold.
-        reader_rows: Rows per checkpoint in section 4.
+        history: Committed checkpoints in the table at each point of sections 3, 5 and 12.
+        history_rows: Rows per checkpoint in sections 3, 5 and 12.
+        reader_checkpoints: Committed checkpoints the reader tables of sections 4 and 12
+            hold.
+        reader_rows: Rows per checkpoint in sections 4 and 12.
         stream_rows: Rows per micro-batch in section 6.
         stream_batches: Micro-batches per query in section 6.
         checkpoint_rows: Rows per sink and checkpoint in section 7.
         checkpoints: Checkpoints per repetition in section 7.
         accumulated_rows: Rows of the tables of section 8.
         accumulated: Committed checkpoints those rows are spread over, per point.
+        accumulated_built: The points of ``accumulated`` whose table is built directly in
+            the layout its commits would leave, not written through a sink (section 8's
+            docstring says why).
         object_store_rows: Rows per pre-commit, and per micro-batch, in section 9 (which
             takes its batches a query from ``stream_batches``).
         cut_rows: Rows per checkpoint of each table in section 10 (which takes its
             checkpoints from ``checkpoints``).
         scheduled_rows: Rows per batch in section 11 (which takes its batches a run from
             ``stream_batches``).
+        memory_rows: Rows of the checkpoint whose peak memory section 13 measures.
         repetitions: Timed repetitions behind each median.
     """
 
@@ -110,9 +126,11 @@ class Suite:
     checkpoints: int
     accumulated_rows: int
     accumulated: tuple[int, ...]
+    accumulated_built: tuple[int, ...]
     object_store_rows: tuple[int, ...]
     cut_rows: tuple[int, ...]
     scheduled_rows: tuple[int, ...]
+    memory_rows: int
     repetitions: int
 
 
@@ -129,9 +147,11 @@ FULL = Suite(
     checkpoints=4,
     accumulated_rows=1_000_000,
     accumulated=(10, 1_000, 5_000),
+    accumulated_built=(5_000,),
     object_store_rows=(100_000, 1_000_000),
     cut_rows=(100_000, 1_000_000),
     scheduled_rows=(10_000, 100_000, 1_000_000),
+    memory_rows=10_000_000,
     repetitions=3,
 )
 QUICK = Suite(
@@ -146,10 +166,12 @@ QUICK = Suite(
     checkpoint_rows=(10_000,),
     checkpoints=2,
     accumulated_rows=50_000,
-    accumulated=(10, 50),
+    accumulated=(10, 50, 200),
+    accumulated_built=(200,),
     object_store_rows=(10_000,),
     cut_rows=(10_000,),
     scheduled_rows=(10_000,),
+    memory_rows=10_000,
     repetitions=1,
 )
 
@@ -173,6 +195,8 @@ SECTIONS = (
     "object_store",
     "cut",
     "scheduled",
+    "published",
+    "memory",
 )
 
 
@@ -195,14 +219,17 @@ def run(
         raise ConfigurationError("the object_store section needs an S3 server (server=...)")
     _warm_up(spark, workspace)
     found: dict[str, Section] = {}
-    if {"write_path", "commit_vs_size"} & set(sections):
+    written: list[write_path.WritePoint] = []
+    grown: list[history.HistoryPoint] = []
+    if {"write_path", "commit_vs_size", "published"} & set(sections):
         log.info("1-2. write path and commit by size: %s rows", sorted({*suite.write_rows}))
         points = write_path.measure(
             spark, workspace, [*suite.write_rows, *suite.commit_rows], suite.repetitions
         )
-        found["write_path"] = write_path.write_path_section([points[n] for n in suite.write_rows])
+        written = [points[n] for n in suite.write_rows]
+        found["write_path"] = write_path.write_path_section(written)
         found["commit_vs_size"] = write_path.commit_section([points[n] for n in suite.commit_rows])
-    if {"commit_vs_history", "vacuum"} & set(sections):
+    if {"commit_vs_history", "vacuum", "published"} & set(sections):
         small = cached_rows(spark, suite.history_rows)
         log.info("3, 5. commit and vacuum vs history: %s checkpoints", list(suite.history))
         grown = history.measure(
@@ -236,9 +263,16 @@ def run(
     if "accumulated" in sections:
         rows = cached_rows(spark, suite.accumulated_rows)
         log.info("8. readers over %s checkpoints", list(suite.accumulated))
-        grown = accumulated.measure(spark, workspace, rows, suite.accumulated, suite.repetitions)
+        many = accumulated.measure(
+            spark,
+            workspace,
+            rows,
+            suite.accumulated,
+            suite.repetitions,
+            built=suite.accumulated_built,
+        )
         rows.unpersist()
-        found["accumulated"] = accumulated.accumulated_section(grown)
+        found["accumulated"] = accumulated.accumulated_section(many)
     if "object_store" in sections:
         assert server is not None
         log.info("9. on S3 vs local disk: %s rows", list(suite.object_store_rows))
@@ -261,6 +295,22 @@ def run(
             spark, workspace, suite.scheduled_rows, suite.stream_batches, suite.repetitions
         )
         found["scheduled"] = scheduled.scheduled_section(ran)
+    if "published" in sections:
+        rows = cached_rows(spark, suite.reader_rows)
+        log.info(
+            "12. published tables: %d checkpoints of %d rows",
+            suite.reader_checkpoints,
+            suite.reader_rows,
+        )
+        reads = published.measure(
+            spark, workspace, rows, suite.reader_rows, suite.reader_checkpoints, suite.repetitions
+        )
+        rows.unpersist()
+        found["published"] = published.published_section(written, grown, reads, suite.history_rows)
+    if "memory" in sections:
+        log.info("13. peak memory of a checkpoint of %d rows", suite.memory_rows)
+        peaks = memory.measure(spark, workspace, suite.memory_rows, suite.repetitions)
+        found["memory"] = memory.memory_section(peaks)
     return [found[key] for key in SECTIONS if key in sections]
 
 

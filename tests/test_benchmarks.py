@@ -3,10 +3,11 @@
 It asserts no speed (the suite reports, it does not judge): every section measured every
 point of the quick suite with real numbers, each ratio is against the baseline of the same
 run, and the JSON and the PNG were written. The runner itself checks, before measuring
-readers, that the committed view and the plain table hold the same rows (count and sum of
-ids), and that each vacuum removed exactly the aborted checkpoint's rows; this test reads
-those counts back from the report. The S3 section runs on a SeaweedFS server the run starts
-and stops itself; its figures are ratios to the same work on local disk.
+readers, that the committed view (and the published table) and the plain table hold the
+same rows (count and sum of ids), that each commit made its rows visible in both, and that
+each vacuum removed exactly the aborted checkpoint's rows; this test reads those counts
+back from the report. The S3 section runs on a SeaweedFS server the run starts and stops
+itself; its figures are ratios to the same work on local disk.
 """
 
 from __future__ import annotations
@@ -94,17 +95,22 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
     assert [r["rows"] for r in write] == list(QUICK.write_rows)
     for row in write:
         _positive(row, "plain_append_s", "idempotent_append_s", "pre_commit_s", "commit_s")
-        # Against Delta's own idempotent append, in both commit modes.
+        # Against Delta's own idempotent append, in a table of each commit mode.
         _ratio_of(row, "pre_commit_ratio", "pre_commit_s", "idempotent_append_s")
+        _ratio_of(row, "metadata_pre_commit_ratio", "metadata_pre_commit_s", "idempotent_append_s")
         _positive(row, "total_ratio", "metadata_commit_s", "metadata_total_ratio")
         assert all(len(samples) == reps for samples in row["samples"].values())
 
     commits = sections["commit_vs_size"]["rows"]
     assert [r["rows"] for r in commits] == list(QUICK.commit_rows)
     for row in commits:
-        _positive(row, "commit_s", "plain_append_s", "merge_s", "files_removed", "files_added")
+        _positive(row, "commit_s", "plain_append_s", "merge_s", "merge_rewrite_s", "files_added")
         _ratio_of(row, "ratio", "commit_s", "plain_append_s")
         _ratio_of(row, "metadata_ratio", "metadata_commit_s", "plain_append_s")
+        # The insert-only MERGE: every row inserted, no committed file read or rewritten.
+        assert row["rows_inserted"] == row["rows"], row
+        assert row["files_removed"] == row["rows_copied"] == 0, row
+        assert 0 <= row["merge_scan_s"] <= row["merge_s"], row
 
     history = sections["commit_vs_history"]["rows"]
     assert [r["history"] for r in history] == list(QUICK.history)
@@ -112,7 +118,8 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _positive(row, "commit_s", "plain_append_s", "table_files", "files_read")
         _positive(row, "metadata_commit_s", "metadata_growth")
         _ratio_of(row, "ratio", "commit_s", "plain_append_s")
-        assert len(row["samples"]["commit"]) == len(row["samples"]["metadata_commit"]) == reps
+        for name in ("commit", "metadata_commit", "publish", "metadata_publish"):
+            assert len(row["samples"][name]) == reps, name
 
     readers = sections["reader"]["rows"]
     assert [(r["query"], r["table"]) for r in readers] == [
@@ -163,14 +170,17 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         assert all(len(samples) == reps for samples in row["samples"].values())
 
     grown = sections["accumulated"]["rows"]  # both tables' rows were checked by the run
-    assert [(r["checkpoints"], r["state"]) for r in grown] == [
-        (n, state) for n in QUICK.accumulated for state in ("as committed", "after maintenance")
+    assert QUICK.accumulated_built and set(QUICK.accumulated_built) < set(QUICK.accumulated)
+    assert [(r["checkpoints"], r["written"], r["state"]) for r in grown] == [
+        (n, "built directly" if n in QUICK.accumulated_built else "through the sink", state)
+        for n in QUICK.accumulated
+        for state in ("as committed", "after maintenance")
     ]
     for before, after in zip(grown[::2], grown[1::2], strict=True):
         assert before["rows"] == after["rows"] == QUICK.accumulated_rows
-        # One file per checkpoint as committed; compaction merged them.
+        # One file per checkpoint as committed; the vacuum's compaction merged them.
         assert before["files"] == before["checkpoints"] > after["files"] >= 1
-        _positive(after, "plain_s", "lakesink_s", "maintenance_s")
+        _positive(after, "plain_s", "lakesink_s", "maintenance_s", "written_s")
         _ratio_of(after, "ratio", "lakesink_s", "plain_s")
 
     stored = sections["object_store"]  # the micro-batches' committed rows were checked by the run
@@ -218,6 +228,41 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
         _ratio_of(row, "ratio", "lakesink_s", "foreach_batch_s")
         _ratio_of(row, "metadata_ratio", "metadata_s", "foreach_batch_s")
         assert all(len(samples) == reps for samples in row["samples"].values())
+
+    kept = sections["published"]["rows"]  # each published table's rows were checked by the run
+    point = {"size": "rows", "history": "history", "read": "query"}
+    assert [(r["kind"], r[point[r["kind"]]]) for r in kept] == [
+        *(("size", n) for n in QUICK.write_rows),
+        *(("history", n) for n in QUICK.history),
+        ("read", "scan"),
+        ("read", "aggregate"),
+    ]
+    for row in kept:
+        _positive(row, "baseline_s", "merge_s", "metadata_s")
+        _ratio_of(row, "merge_ratio", "merge_s", "baseline_s")
+        _ratio_of(row, "metadata_ratio", "metadata_s", "baseline_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
+    # The update's cost by size is the one timed inside section 1's commits, against its baseline.
+    for row, written in zip(kept, write, strict=False):
+        assert row["baseline_s"] == written["idempotent_append_s"]
+        assert row["merge_s"] == pytest.approx(statistics.median(written["samples"]["publish"]))
+    for row in (r for r in kept if r["kind"] == "read"):
+        assert row["rows"] == QUICK.reader_checkpoints * QUICK.reader_rows
+        assert row["masked_rows"] == 2 * QUICK.reader_rows  # in the sink tables, never shown
+        assert all(row["files_read"][side] for side in ("plain", "merge", "metadata")), row
+
+    peaks = sections["memory"]["rows"]  # each table's rows were checked by the run
+    assert [r["measure"] for r in peaks] == ["heap", "jvm_rss", "python_rss"]
+    for row in peaks:
+        assert row["rows"] == QUICK.memory_rows and row["samples_per_action"] >= 1
+        _positive(row, "append_peak_mib", "merge_peak_mib", "metadata_peak_mib")
+        samples = row["samples"]
+        for mode in ("merge", "metadata"):
+            ratio = statistics.median(samples[f"{mode}_peak"]) / statistics.median(
+                samples["append_peak"]
+            )
+            assert row[f"{mode}_ratio"] == pytest.approx(ratio), (mode, row)
+        assert all(len(values) == reps for values in samples.values())
 
 
 @pytest.mark.slow
