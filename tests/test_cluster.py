@@ -6,12 +6,16 @@ the job runs through ``spark-submit`` as the clusters guide says, with aggressiv
 execution. Faults are real: in one job run, a whole worker JVM is SIGKILLed while it runs
 a task of micro-batch 1's pre-commit write, an executor while it runs a task of batch 2's
 commit MERGE of the orders sink, and the driver in the middle of batch 2's MERGE of the
-totals sink, after the orders sink committed; the job is then restarted with the metadata
-commit (``--commit metadata``), which publishes what the killed MERGE left pending. One run
-for all of them, because a job start on the cluster costs more than any test's checks.
+totals sink, after the orders sink committed; both tables are then switched to the metadata
+commit (``ALTER TABLE ... SET TBLPROPERTIES ('lakesink.commitMode' = 'metadata')``, as an
+operator does while no writer runs) and the job restarted with ``--commit metadata``, which
+publishes what the killed MERGE left pending. One run for all of them, because a job start
+on the cluster costs more than any test's checks.
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
-committed view exactly once and the totals table sums to the number of orders; and that
+committed view exactly once and the totals table sums to the number of orders, and each
+checkpoint's committed rows (the MERGE stamps each row with its checkpoint) are the rows
+the journal committed for its transaction; and that
 the fault really hit the intended work: the Spark event log shows a task attempt of that
 very stage failing with ``ExecutorLostFailure`` and the same task succeeding afterwards
 (or, for the driver, the journal shows the commit decided but not done when it died).
@@ -45,13 +49,19 @@ from lakesink.spark.session import delta_maven_coordinate
 from lakesink.storage.location import join
 from lakesink.storage.options import StorageOptions
 from lakesink.streaming import recorded_batch
-from lakesink.tables.format import TXN_ID, VISIBLE
+from lakesink.tables.format import CHECKPOINT_ID, COMMIT_MODE_PROPERTY, VISIBLE
 from lakesink.tables.journal import Journal
 
 ORDERS, FILES = 30_000, 6  # three micro-batches (0, 1, 2) of two files, 10,000 orders each
 CLUSTER_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "clusters.md"
-# The MERGE's stage that writes the flipped rows into new files.
-MERGE_WRITE = stage_is("Writing modified data - MERGE")
+# The insert-only MERGE's stage that writes the published rows into new files: its job's
+# description ends so (the job that lists the files it reads goes on, ": Filtering files").
+MERGE_INSERTS = "MERGE operation - writing new files for only inserts"
+
+
+def merge_write(stage: dict) -> bool:
+    return f"{stage.get('name', '')} {stage.get('description', '')}".endswith(MERGE_INSERTS)
+
 
 # Copies launch as soon as a task runs longer than the stage's first finished one (0.1 s
 # at least); single-task stages get one after 0.2 s. The efficiency check is off, or Spark
@@ -86,16 +96,17 @@ def assert_every_order_once(spark, lake: str, orders: int = ORDERS) -> None:
     assert not duplicated, f"orders committed more than once: {list(duplicated.items())[:10]}"
     totals = committed(spark, join(lake, "totals")).groupBy().sum("orders").first()[0]
     assert totals == orders  # the second sink of the same checkpoints, also exactly once
+    # No row names its transaction (format 5); each committed row of the orders sink (every
+    # one published by a MERGE in its first run) carries its checkpoint, and the sink's one
+    # writer has one transaction per checkpoint.
     visible = Counter(
-        r[TXN_ID]
+        r[CHECKPOINT_ID]
         for r in spark.read.format("delta").load(join(lake, "orders")).where(VISIBLE).collect()
     )
     journal = Journal(spark, join(lake, "_lakesink_journal"), create=False)
-    journaled = {
-        t.txn_id: t.row_count
-        for t in journal.transactions("orders")
-        if t.state is TxnState.COMMITTED
-    }
+    committed_txns = [t for t in journal.transactions("orders") if t.state is TxnState.COMMITTED]
+    journaled = {t.checkpoint_id: t.row_count for t in committed_txns}
+    assert len(journaled) == len(committed_txns), "a checkpoint with two committed transactions"
     assert journaled == dict(visible), "the journal's row counts are not the committed rows"
 
 
@@ -184,11 +195,11 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
             spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
         spark_cluster.revive()
         # Batch 2 is in Spark's commit log: its commits come next, orders first.
-        with job.stepped_until(MERGE_WRITE, held="after_record@2", before="after_flip@2.1") as busy:
+        with job.stepped_until(merge_write, held="after_record@2", before="after_flip@2.1") as busy:
             merge_victim = busy[0]
             os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
         # The orders sink committed batch 2: the totals sink's commit comes next.
-        with job.stepped_until(MERGE_WRITE, held="after_flip@2", before="after_flip@2.2"):
+        with job.stepped_until(merge_write, held="after_flip@2", before="after_flip@2.2"):
             job.kill_driver()
     except BaseException:
         # A job left held at a step would keep both workers' cores, and the next cluster
@@ -206,12 +217,19 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
         for t in journal.transactions(sink)
         if t.checkpoint_id == 2
     }
+    # The other commit mode finishes what the MERGE left: each table switched to it first
+    # (no writer runs), as a table refuses a commit mode other than its own.
+    for sink in ("orders", "totals"):
+        spark.sql(
+            f"ALTER TABLE delta.`{join(lake, sink)}` "
+            f"SET TBLPROPERTIES ('{COMMIT_MODE_PROPERTY}' = 'metadata')"
+        )
     restarted = submit_ingest(
         spark_cluster,
         work,
         *ingest_arguments(work, lake),
         "--commit",
-        "metadata",  # the other commit mode finishes what the MERGE left
+        "metadata",
         name="restarted",
         storage=storage,
     )
@@ -244,11 +262,11 @@ def test_speculative_copies_on_both_workers_duplicate_no_order(
     ]
     described = stage_descriptions(events)
     # Tasks that write the table's data files: the pre-commit's append ("save") and the
-    # commit's MERGE rewrite. Which of them Spark copies depends on their timing.
+    # commit's MERGE inserts. Which of them Spark copies depends on their timing.
     in_writes = [
         e
         for e in copies
-        if any(w in described[e["Stage ID"]] for w in ("save at", "Writing modified data"))
+        if "save at" in described[e["Stage ID"]] or described[e["Stage ID"]].endswith(MERGE_INSERTS)
     ]
     assert in_writes, f"no speculative copy of a Delta write task: {len(copies)} elsewhere"
     record_property(
@@ -266,7 +284,7 @@ def test_worker_killed_during_the_pre_commit_write(spark, faulted_run: FaultedRu
 @pytest.mark.slow
 def test_executor_killed_during_the_commit_merge(spark, faulted_run: FaultedRun):
     assert_every_order_once(spark, faulted_run.lake)
-    lost = assert_lost_task_retried(faulted_run.job.event_log(), "Writing modified data - MERGE")
+    lost = assert_lost_task_retried(faulted_run.job.event_log(), MERGE_INSERTS)
     assert lost["Task End Reason"]["Executor ID"] == faulted_run.merge_victim["id"]
 
 
