@@ -164,7 +164,7 @@ def published_section(
     rows += [_read(p) for p in reads]
     return Section(
         key="published",
-        title="The published table: its update after a commit, and reading it by path",
+        title="The published table: its update after a commit, and reads by path",
         baseline="x the row's baseline, timed beside it in the same run",
         columns=(
             Column("what", "what", "text"),
