@@ -1,19 +1,23 @@
 """Concurrency soak on the cluster: two ingest jobs, a third writer, the vacuum job, readers.
 
 Two ingest jobs run on the cluster (one core each) into two sinks that share one journal,
-the first committing by MERGE, the second by metadata. In this process, at the same time: a
-third writer commits (by metadata) and aborts transactions of its own in the first job's
-table, racing the first job's MERGEs, the vacuum logic runs over both tables in a loop, and two
-readers query the committed views of both tables throughout. Bounded: each job has a fixed
+the first's table committing by MERGE, the second's by metadata (each table's mode, recorded
+when the test creates it). In this process, at the same time: a third writer commits (by
+MERGE, its table's way) and aborts transactions of its own in the first job's table, racing
+the first job's MERGEs and releases, the vacuum logic runs over both tables in a loop, and
+two readers query the committed views of both tables throughout. Bounded: each job has a fixed
 number of files, the third writer a fixed number of transactions, the whole a deadline.
 
 How the test knows nothing was lost, duplicated or shown too early: every reader checks
 each snapshot it reads (no order id twice, no id only aborted transactions write, every
-visible transaction recorded in the journal as pre-committed or later and never aborted,
-no table ever shrinking); at the end each table holds exactly the ids of its job's files
-and of the third writer's committed transactions, once each, every transaction a reader
-ever saw is committed in the journal, the journal's row counts are the rows, and the
-vacuum job removed every aborted row.
+transaction the table's history says was published by then recorded in the journal as
+pre-committed or later and never aborted, the snapshot's rows the rows those commits
+published, no table ever shrinking); at the end each table holds exactly the ids of its
+job's files and of the third writer's committed transactions, once each, every transaction a
+reader ever saw is committed in the journal, the journal's row counts are the rows its
+history says each transaction published, which add up to the committed rows, and the vacuum
+job removed every aborted row. (No row names its transaction: format 5 keeps that in the
+log, in the ``userMetadata`` of each commit.)
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
 from lakesink.ops.vacuum import vacuum
 from lakesink.streaming import recorded_batch
-from lakesink.tables.format import COMMITTED_FILTER, TXN_ID
+from lakesink.tables.history import read_history
 from lakesink.tables.journal import Journal, TransactionStatus
 
 pytestmark = pytest.mark.slow
@@ -149,16 +153,9 @@ class Soak:
 
         version = DeltaTable.forPath(session, path).history(1).first()["version"]
         ids = Counter(r.order_id for r in committed(session, path, version=version).collect())
-        txns = {
-            r[TXN_ID]
-            for r in session.read.format("delta")
-            .option("versionAsOf", version)
-            .load(path)
-            .where(COMMITTED_FILTER)
-            .select(TXN_ID)
-            .distinct()
-            .collect()
-        }
+        # The transactions visible in the snapshot: those its commits up to it published.
+        published = _published_rows(path, up_to=version)
+        txns = set(published)
         # Read after the snapshot: a transaction visible in it was pre-committed before.
         states = {
             t.txn_id: t.state
@@ -182,6 +179,11 @@ class Soak:
                 f"{where}: visible transactions not pre-committed or committed in the journal: "
                 f"{[(t, states.get(t)) for t in unrecorded]}"
             )
+        if sum(ids.values()) != sum(published.values()):
+            self.violations.append(
+                f"{where}: {sum(ids.values())} rows visible, but its commits published "
+                f"{sum(published.values())}"
+            )
         self.seen_txns |= txns
         self.snapshots_checked += 1
         return sum(ids.values())
@@ -193,7 +195,6 @@ class Soak:
             writer_id="third",
             journal_path=self.journal,
             view_name="soak_third",
-            commit="metadata",
         )
 
 
@@ -213,9 +214,15 @@ def test_two_jobs_a_third_writer_vacuum_and_readers_keep_exactly_once(
     tables = {f"orders_{job}": str(tables_dir / f"orders_{job}") for job in JOBS}
     journal = str(tables_dir / "_lakesink_journal")
     # Created up front: two jobs that both find no journal would both try to create it.
-    for sink_id, path in tables.items():
+    # Each table records its commit mode, which its job and the third writer then use.
+    for job, (sink_id, path) in zip(JOBS, tables.items(), strict=True):
         DeltaSink.open(
-            spark, path, schema=ORDERS_SCHEMA, journal_path=journal, view_name=f"soak_{sink_id}"
+            spark,
+            path,
+            schema=ORDERS_SCHEMA,
+            journal_path=journal,
+            view_name=f"soak_{sink_id}",
+            commit=COMMITS[job],
         ).close()
     for job in JOBS:
         generate(tmp_path / job, ORDERS_PER_JOB, FILES_PER_JOB)
@@ -314,11 +321,22 @@ def _assert_exactly(spark: SparkSession, path: str, expected: set[int]) -> None:
 def _assert_journal_counts_rows(
     spark: SparkSession, path: str, statuses: Iterable[TransactionStatus]
 ) -> None:
-    visible = Counter(
-        r[TXN_ID] for r in spark.read.format("delta").load(path).where(COMMITTED_FILTER).collect()
-    )
+    visible = +_published_rows(path)  # the transactions that published rows
     journaled = {t.txn_id: t.row_count for t in statuses if t.state is TxnState.COMMITTED}
     assert journaled == dict(visible), f"{path}: the journal's row counts are not the rows"
+    rows = committed(spark, path).count()
+    assert rows == sum(visible.values()), f"{path}: {rows} rows, its commits published others"
+
+
+def _published_rows(path: str, *, up_to: int | None = None) -> Counter:
+    """Per transaction, the rows its commits published, from the table's history (up to
+    version ``up_to``): the ``rows`` of its lakesink "commit" entries."""
+    published: Counter = Counter()
+    for entry in read_history(path, up_to=up_to):
+        if entry.lakesink == "commit":
+            for txn in entry.txn_ids:
+                published[txn] += entry.rows or 0
+    return published
 
 
 def _figures(spark: SparkSession, soak: Soak, tmp_path: Path, elapsed: float) -> dict:
