@@ -38,12 +38,12 @@ from pyspark.sql.streaming import StreamingQuery
 from lakesink.cli.exits import EXIT_CODES, EXIT_OK, exit_process, run_command
 from lakesink.cli.signals import stop_requested
 from lakesink.cli.spark_output import add_spark_options, jvm_output
-from lakesink.tables.format import COMMIT_MODES
 from lakesink.errors import ConfigurationError, LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
 from lakesink.storage.access import check_reachable
 from lakesink.storage.location import is_uri, join, normalize
+from lakesink.tables.format import COMMIT_MODES
 
 __all__ = ["ORDERS_SCHEMA", "RAW_SCHEMA", "TOTALS_SCHEMA", "main", "totals", "transform"]
 

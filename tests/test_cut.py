@@ -34,8 +34,8 @@ from lakesink.errors import ConfigurationError
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
 from lakesink.tables.cuts import DeltaCutStore, cuts_path
-from lakesink.tables.history import table_version
 from lakesink.tables.format import VISIBLE
+from lakesink.tables.history import table_version
 
 SCHEMA = "order_id BIGINT, customer STRING"
 TOTALS = "customer STRING, orders BIGINT"
