@@ -74,7 +74,7 @@ def test_two_writer_processes_and_a_racing_vacuum_keep_every_row_once(spark, lak
     table = join(lake, "orders")
     # One commit mode a store, no more runs: the MERGE on local disk, metadata on S3.
     commit = "metadata" if lake.startswith("s3a://") else "merge"
-    DeltaSink.open(spark, table, schema=SCHEMA, view_name="v_race").close()
+    DeltaSink.open(spark, table, schema=SCHEMA, view_name="v_race", commit=commit).close()
     logs = {w: open(tmp_path / f"{w}.err", "w") for w in WRITERS}  # noqa: SIM115
     writers = {
         w: subprocess.Popen(

@@ -6,11 +6,13 @@ frozen store, then the server is killed (SIGKILL) and started again over the sam
 folder, as a store that crashed and came back.
 
 How the test knows the outage hit the job, and cost it nothing: while the server is frozen,
-a request of Spark's (the job's driver JVM, not the lease renewals of its Python side)
-reaches it and waits there unread (the kernel's socket queues, matched to the sender's
-socket in /proc); the run still finishes (the store's clients retry through the outage),
-with every generated order committed exactly once (read by delta-rs) and no checkpoint
-left pending.
+a request of the step's client reaches it and waits there unread (the kernel's socket
+queues, matched to the sender's socket in /proc): Spark's (the job's driver JVM) in the
+append; in the commit, delta-rs' in the job's Python process, which lists the
+transaction's files before the MERGE (the writer's lease renewals, from that process too,
+are 40 s apart, beyond the outage). The run still finishes (the store's clients retry
+through the outage), with every generated order committed exactly once (read by delta-rs)
+and no checkpoint left pending.
 """
 
 from __future__ import annotations
@@ -87,9 +89,11 @@ def waiting_requests(port: int, job: int) -> list[tuple[str, int]]:
     return found
 
 
-@pytest.mark.parametrize("point", ["before_append@1", "before_flip@1"])
+@pytest.mark.parametrize(
+    ("point", "client"), [("before_append@1", "java"), ("before_flip@1", "python")]
+)
 def test_a_store_that_freezes_and_dies_mid_checkpoint_loses_and_duplicates_nothing(
-    own_server, tmp_path, point, monkeypatch, record_property
+    own_server, tmp_path, point, client, monkeypatch, record_property
 ):
     generate(tmp_path)
     lake = f"s3a://{BUCKET}/run"
@@ -115,11 +119,10 @@ def test_a_store_that_freezes_and_dies_mid_checkpoint_loses_and_duplicates_nothi
         os.kill(own_server.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
         (markers / f"{point}.go").touch()  # the job goes on into a frozen store
-        # Spark's next request of the step (the driver JVM's, not a lease renewal of the
-        # Python side) reaches the frozen store, and waits there.
+        # The step's next request reaches the frozen store, and waits there.
         while time.monotonic() < frozen_at + 120 and job.poll() is None:
             waiting = waiting_requests(own_server.port, job.pid)
-            if any(command == "java" for command, _ in waiting):
+            if any(command == client for command, _ in waiting):
                 break
             time.sleep(0.05)
         time.sleep(max(0.0, frozen_at + OUTAGE_S - time.monotonic()))
@@ -131,8 +134,8 @@ def test_a_store_that_freezes_and_dies_mid_checkpoint_loses_and_duplicates_nothi
         if job.poll() is None:
             job.kill()
             job.wait()
-    spark_waited = any(command == "java" for command, _ in waiting)
-    assert spark_waited, f"no request of Spark's reached the frozen store (there: {waiting})"
+    hit = any(command == client for command, _ in waiting)
+    assert hit, f"no request of the step's {client} client reached the frozen store ({waiting})"
     # The store's clients retried through the outage: the run finished.
     assert job.returncode == 0, err[-3000:]
     record_property(

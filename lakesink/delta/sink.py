@@ -654,8 +654,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"journal could not record it ({exc!r}); the next commit or restart records it"
             ) from exc
         self._progress.pop(transaction.txn_id, None)
-        if flipped:
-            self._publish()
+        # Even when this call made no row visible: a commit that landed before a crash
+        # (made again here, idempotently) may have left the published table behind.
+        self._publish()
 
     def _publish(self) -> None:
         """Bring the table's published table up to date (if it keeps one); a failure is

@@ -33,6 +33,7 @@ from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
 from lakesink.tables.format import CommitMode, read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
+from lakesink.tables.published import publish
 
 if TYPE_CHECKING:
     from lakesink.core.validation import ValidationReport
@@ -236,6 +237,10 @@ def resolve_checkpoint(
     SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
     plan = plan_resolution(path, checkpoint_id, action)
     if plan.done:
+        if action == "commit":  # a retry of a commit that landed: its tables' published ones
+            for table in plan.tables.values():
+                if read_sink_table_log(table)[0].published:
+                    publish(table)
         return list(plan.transactions)
     commit = action == "commit"
     done = (TxnState.COMMITTED if commit else TxnState.ABORTED).value

@@ -43,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError as DeltaCommitFailedError
+from deltalake.exceptions import DeltaError
 from deltalake.schema import Field, Schema
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -367,13 +368,17 @@ def _create(path: str, fields: list[dict[str, Any]]) -> None:
     """Create the published table at ``path``, no file in it (scenario 4)."""
     schema = Schema.from_json(json.dumps({"type": "struct", "fields": fields}))
     storage = StorageOptions.from_env()
-    with translated(path):
-        DeltaTable.create(
-            storage.deltars_uri(path),
-            schema,
-            mode="ignore",
-            storage_options=storage.deltars_options(path) or None,
-        )
+    try:
+        with translated(path):
+            DeltaTable.create(
+                storage.deltars_uri(path),
+                schema,
+                mode="ignore",
+                storage_options=storage.deltars_options(path) or None,
+            )
+    except DeltaError:  # another process created it meanwhile
+        if not is_delta_table(path):
+            raise
     log.info("created the published table %s", path)
 
 
