@@ -202,18 +202,32 @@ def find_commit(path: str, user_metadata: str, *, since_ms: int) -> int | None:
     """The version of the commit of the table at ``path`` that carries ``user_metadata``,
     made after ``since_ms`` (milliseconds since the epoch); None if there is none.
 
-    Reads the log from its newest version back to the first commit older than
-    ``since_ms``: a few files, for a writer that sent its commit a moment ago.
+    A commit lakesink made through delta-rs adds keys of its own to the ``userMetadata``
+    it is given (a nonce, its rows: ``lakesink.tables.commits``), so a JSON object matches
+    one that holds every key and value of it. Reads the log from its newest version back to
+    the first commit older than ``since_ms``: a few files, for a writer that sent its
+    commit a moment ago.
     """
+    wanted = _parsed(user_metadata)
     for version in range(table_version(path), -1, -1):
         info = _commit_info(path, version)
         if info is None:  # cleaned up: older than any commit in question
             return None
-        if info.get("userMetadata") == user_metadata:
+        found = _parsed(info.get("userMetadata"))
+        if found == wanted or (
+            isinstance(found, dict) and isinstance(wanted, dict) and found.items() >= wanted.items()
+        ):
             return version
         if int(info.get("timestamp", 0)) < since_ms - CLOCK_SKEW_MS:
             return None
     return None
+
+
+def _parsed(user_metadata: object) -> object:
+    try:
+        return json.loads(str(user_metadata))
+    except json.JSONDecodeError:
+        return user_metadata
 
 
 def last_operation(path: str, txn_id: str, operations: Collection[str]) -> HistoryEntry | None:
