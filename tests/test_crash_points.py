@@ -34,10 +34,13 @@ PUBLISHED_COMMIT = (
 )
 
 
+# A transaction's pending partition, where its appends' staging tables are.
+PENDING_FOLDER = r"_lakesink_visible=false/_lakesink_pending=[0-9a-f]{32}"
+
+
 def table_version(number: int) -> str:
     """The commit file of version ``number`` of orders (a first checkpoint's table versions:
-    0 the table, 1 its append, 2 its pre-commit's txn action, 3 its commit, 4 a MERGE's
-    release)."""
+    0 the table, 1 its append (with its txn action), 2 its commit, 3 a MERGE's release)."""
     return rf"^orders/_delta_log/0{{19}}{number}\.json$"
 
 
@@ -71,14 +74,22 @@ SUBSET = [
     ("micro-batch", "merge", "local", CrashPoint("before", pattern=r"^state/ingest/offsets/0$")),
     ("micro-batch", "merge", "s3", CrashPoint("after", pattern=r"^state/ingest/commits/0$")),
     # The checkpoint is recorded and published in orders, not yet in totals.
-    ("two-table", "metadata", "local", CrashPoint("after", pattern=table_version(3))),
-    # Pre-committed in the table's log (its txn action), not yet in the journal: the
-    # restart aborts it, its rows stay masked.
-    ("first-open", "metadata", "local", CrashPoint("after", pattern=table_version(2))),
+    ("two-table", "metadata", "local", CrashPoint("after", pattern=table_version(2))),
+    # Appended (its rows masked, its txn action in the log), not yet pre-committed in the
+    # journal: the restart aborts it, its rows stay masked.
+    ("first-open", "metadata", "local", CrashPoint("after", pattern=table_version(1))),
     # The MERGE landed, its pending files not yet released: the restart's commit finds the
     # MERGE recorded (its txn version) and only releases.
-    ("first-open", "merge", "s3", CrashPoint("after", pattern=table_version(3))),
-    ("first-open", "merge", "local", CrashPoint("before", pattern=table_version(4))),
+    ("first-open", "merge", "s3", CrashPoint("after", pattern=table_version(2))),
+    ("first-open", "merge", "local", CrashPoint("before", pattern=table_version(3))),
+    # Spark wrote an append's staging table, the sink's commit did not add its files yet:
+    # the restart aborts the open transaction, its files are in no version of the table.
+    (
+        "first-open",
+        "metadata",
+        "local",
+        CrashPoint("after", pattern=rf"^orders/{PENDING_FOLDER}/_delta_log/0{{20}}\.json$"),
+    ),
     # The table committed, its published table not yet brought up: the restart's open does.
     ("first-open", "merge", "local", CrashPoint("before", pattern=PUBLISHED_COMMIT)),
     ("first-open", "metadata", "s3", CrashPoint("after", pattern=PUBLISHED_COMMIT)),

@@ -270,12 +270,17 @@ def appends(table) -> list[dict]:
         )
         if not metadata or json.loads(metadata).get("lakesink") != "write":
             continue
-        # An append is found by its userMetadata, not by a Delta txn action: none is needed
-        # (the pre-commit's and the commit's commits record the writer's txn versions).
-        txns = [a for a in actions if "txn" in a]
-        if txns:
-            raise AssertionError(f"the append {log_file.name} has a txn action: {txns}")
-        found.append(json.loads(metadata))
+        # Each append records its writer's checkpoint as a Delta txn action, any tool's to
+        # read; it is found again by its userMetadata (its nonce aside), not by that action.
+        written = json.loads(metadata)
+        txns = [a["txn"] for a in actions if "txn" in a]
+        wanted = {
+            "appId": f"lakesink/orders/{written['writer_id']}",
+            "version": written["checkpoint_id"],
+        }
+        if [{k: t[k] for k in wanted} for t in txns] != [wanted]:
+            raise AssertionError(f"the append {log_file.name} records {txns}, not {wanted}")
+        found.append(written)
     return found
 
 

@@ -154,68 +154,73 @@ def test_the_arrow_reader_sees_a_checkpoint_published_after_a_log_checkpoint_onc
 def test_publishes_keep_the_logs_checksums_true_and_checkpoint_at_the_interval(spark, tmp_path):
     """Each publish carries the checksum (``.crc``) of the version before it, its list of
     files updated, which Spark's next write would otherwise rebuild with a state
-    reconstruction, and a publish that lands on a multiple of the checkpoint interval writes
-    the log checkpoint Spark would have. So does each pre-commit, lakesink's other delta-rs
-    commit (no file, a Delta ``txn`` action).
+    reconstruction, and one that lands on a multiple of the checkpoint interval writes the
+    log checkpoint Spark would have. So does each append, lakesink's other delta-rs commit
+    (the files Spark wrote, and a Delta ``txn`` action).
 
     How the test knows the checksums are true: Delta itself checks each one against a full
-    state reconstruction before every write (``incremental.commit.verify``) and fails the
-    write on a mismatch (``checksum.mismatch.fatal``, its default); and each commit's list
-    of files and of txn versions is the one Delta's state reconstruction of that version
-    finds (``Snapshot.allFiles``, ``Snapshot.setTransactions``), field for field."""
+    state reconstruction before its next write (``incremental.commit.verify``: a Spark
+    commit after each checkpoint) and fails the write on a mismatch
+    (``checksum.mismatch.fatal``, its default); and each commit's list of files and of txn
+    versions is the one Delta's state reconstruction of that version finds
+    (``Snapshot.allFiles``, ``Snapshot.setTransactions``), field for field."""
     table = tmp_path / "orders"
     log_folder = table / "_delta_log"
     verify = "spark.databricks.delta.incremental.commit.verify"
     spark.conf.set(verify, "true")
     try:
         sink = open_sink(spark, table)
-        # One Spark commit first, so that a publish lands on version 10: each checkpoint
-        # is then an append (Spark), a pre-commit and a publish (both delta-rs).
-        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('team' = 'sales')")
-        pre_commits, publishes, log_checkpoints = [], [], []
+        # Each checkpoint is an append and a publish (both delta-rs), then a Spark commit
+        # that verifies the checksum before it: versions 1, 2, 3; 4, 5, 6; ...
+        appends, publishes, log_checkpoints = [], [], []
         for n in range(6):
             write(spark, sink, range(n * 10, n * 10 + 10))
+            appended = DeltaTable(str(table)).version()
             checkpoint = sink.prepare_commit()
-            pre_commits.append((DeltaTable(str(table)).version(), checkpoint))
+            appends.append((appended, checkpoint))
             sink.notify_checkpoint_complete(checkpoint)
             publishes.append((DeltaTable(str(table)).version(), checkpoint))
+            spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('round' = '{n}')")
             last = log_folder / "_last_checkpoint"
             log_checkpoints.append(
                 json.loads(last.read_text())["version"] if last.exists() else None
             )
-        write(spark, sink, [1000])  # a Spark write after the last publish, verified too
-        sink.prepare_commit()
     finally:
         spark.conf.unset(verify)
 
-    assert [v for v, _ in publishes] == [4, 7, 10, 13, 16, 19]
-    assert [v for v, _ in pre_commits] == [3, 6, 9, 12, 15, 18]
+    assert [v for v, _ in appends] == [1, 4, 7, 10, 13, 16]
+    assert [v for v, _ in publishes] == [2, 5, 8, 11, 14, 17]
     apps = {
-        "pre-commit": writer_app_id("orders", "0"),
+        "append": writer_app_id("orders", "0"),
         "publish": writer_app_id("orders", "0", commit=True),
     }
-    for what, commits in (("pre-commit", pre_commits), ("publish", publishes)):
+    for what, commits in (("append", appends), ("publish", publishes)):
         for version, checkpoint in commits:
             carried = json.loads((log_folder / f"{version:020d}.crc").read_text())
             before = json.loads((log_folder / f"{version - 1:020d}.crc").read_text())
-            # Spark's own checksum names its commit (txnId); a publish's follows a pre-commit's.
-            before.pop("txnId", None), before.pop("allFiles")
             listed = {f["path"]: _file_facts(f) for f in carried.pop("allFiles")}
             assert listed == files_as_delta_finds(spark, table, version), (what, version)
             recorded = _txn_versions(carried.pop("setTransactions"))
             assert recorded == txns_as_delta_finds(spark, table, version), (what, version)
             # The commit's own txn action, over the ones before it.
-            expected = {**_txn_versions(before.pop("setTransactions", [])), apps[what]: checkpoint}
+            expected = {**_txn_versions(before.get("setTransactions", [])), apps[what]: checkpoint}
             assert recorded == expected, (what, version)
-            assert carried == before, (what, version)
-            # The next write (Spark's append after a publish) derived its own checksum.
+            # What a commit changes and a checksum counts: its files and bytes (an append
+            # adds files, a publish moves them); the rest is the checksum before it.
+            for key in ("txnId", "allFiles", "setTransactions"):
+                before.pop(key, None)
+            if what == "publish":
+                assert carried == before, (what, version)
+            else:
+                assert carried["numFiles"] > before["numFiles"], (what, version)
+            # The Spark commit after each checkpoint derived its own checksum from these.
             assert (log_folder / f"{version + 1:020d}.crc").is_file(), (what, version)
     assert (log_folder / f"{10:020d}.checkpoint.parquet").is_file()
-    # The publish at version 10 wrote it (Spark's append at 20, after the loop, its own).
-    assert log_checkpoints == [None, None, 10, 10, 10, 10]
+    # The append at version 10 wrote it.
+    assert log_checkpoints == [None, None, None, 10, 10, 10]
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
     assert detail.numFiles == len(live_files(table))
-    # A reader starting from the publish's checkpoint sees each committed row once.
+    # A reader starting from that checkpoint sees each committed row once.
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     assert visible_ids(spark, table) == Counter(range(60))
     assert Counter(arrow(str(table)).column("order_id").to_pylist()) == Counter(range(60))

@@ -258,7 +258,7 @@ def test_the_published_log_is_checkpointed_and_the_sinks_checksums_are_true(spar
 def test_a_vacuum_before_any_commit_keeps_the_published_tables_log(spark, lake):
     """Until a commit puts a file in the committed partition, its folder holds only the
     published table's log, hidden from Delta's VACUUM, which sees an empty folder there:
-    on local disk and on S3, the log stays and the table reads."""
+    on local disk and on S3, the log stays and the table reads, and the pending rows stay."""
     from lakesink.ops.vacuum import vacuum
 
     path = f"{lake}/orders"
@@ -266,14 +266,15 @@ def test_a_vacuum_before_any_commit_keeps_the_published_tables_log(spark, lake):
     sink.write(spark.createDataFrame([(1, "x")], SCHEMA))
     sink.prepare_commit()  # pending only
     sink.close()
-    report = vacuum(spark, path, retain_hours=0, allow_short_retention=True)
-    assert report.files_removed == 0
+    vacuum(spark, path, retain_hours=0, allow_short_retention=True)
     published = lakesink.Table(path).published
     storage = StorageOptions.from_env()
     table = DeltaTable(
         deltars_uri(published), storage_options=storage.deltars_options(published) or None
     )
     assert table.to_pyarrow_table().num_rows == 0 and table.schema().fields
+    assert spark.read.format("delta").load(path).count() == 1  # the pending row, masked
+    assert lakesink.Table(path).checkpoint(1).rows == 1
 
 
 def test_a_table_created_without_a_published_table_has_none_until_switched(spark, orders, capsys):
@@ -293,3 +294,28 @@ def test_a_table_created_without_a_published_table_has_none_until_switched(spark
     spark.sql(f"ALTER TABLE delta.`{orders}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = 'true')")
     open_sink(spark, orders, "merge").close()  # switched on: the next open makes it
     assert published_ids(orders) == Counter(range(5))
+
+
+def test_the_vacuum_removes_the_staging_log_an_append_cut_short_left(spark, orders):
+    """An append killed between Spark's write of its staging table and the sink's commit
+    leaves that table's log in its transaction's pending folder, hidden from Delta's
+    VACUUM; once the transaction is finished, lakesink's vacuum removes it."""
+    from lakesink.core import TxnState
+    from lakesink.delta.writer import pending_folder, staging_logs, write_staged
+    from lakesink.ops.vacuum import vacuum
+
+    sink = open_sink(spark, orders, "merge")
+    checkpoint(spark, sink, range(0, 5))
+    aborted = checkpoint(spark, sink, range(5, 10), commit=False)
+    txn_id = next(
+        t.txn_id for t in sink.journal.transactions("orders") if t.checkpoint_id == aborted
+    )
+    sink.withhold(aborted, TxnState.ABORTED, "a test aborts it")
+    frame = spark.createDataFrame([(99, "x")], SCHEMA)
+    write_staged(frame, sink.sink_table, txn_id)  # what a kill right after it leaves
+    sink.close()
+    assert staging_logs(str(orders)) == [txn_id]
+    assert Path(pending_folder(str(orders), txn_id), "_delta_log").is_dir()
+    vacuum(spark, str(orders), retain_hours=0, allow_short_retention=True)
+    assert staging_logs(str(orders)) == []
+    assert committed_ids(spark, orders) == Counter(range(5)) == published_ids(orders)

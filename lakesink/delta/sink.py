@@ -2,30 +2,30 @@
 
 - ``_invoke`` appends a DataFrame's rows to the target table, masked
   (``_lakesink_visible = false``) in a partition of their transaction's own
-  (``_lakesink_pending = <transaction id>``), tagged with the checkpoint and transaction
-  id. Each append's commit names its writer, transaction and step in the transaction in
-  its ``userMetadata``; an append whose answer was lost is looked up in the log by it
-  before it is sent again, so a retry never duplicates rows, and a new transaction, even
-  one replaying a checkpoint id, is never taken for another's repeat. (Delta's own
-  ``txnAppId``/``txnVersion`` would check the same with a reconstruction of the table's
-  state at every append, delta-io/delta#7670: a third of a second, every micro-batch.)
-- ``_pre_commit`` counts the rows (observed while they were written, so not read back),
-  runs the validation gate on them if the sink has one, and journals the verdict.
-- ``_commit`` makes the rows visible with one MERGE keyed on checkpoint id and transaction
-  id (retried on write conflicts), which moves them into the committed partition
-  (``_lakesink_visible = true``, ``_lakesink_pending`` NULL), then journals it committed.
-  The decision to commit is durable before that: the driver's checkpoint record, or
-  (standalone) the pre-commit itself, which recovery always commits; an operator's commit
-  journals it (``committing``).
+  (``_lakesink_pending = <transaction id>``), no column of lakesink's on a row
+  (``lakesink.delta.writer``: Spark writes the files, one delta-rs commit adds them). Each
+  append's commit names its writer, transaction and step in the transaction in its
+  ``userMetadata``, and records a Delta ``txn`` action (the writer, the checkpoint id); an
+  append whose answer was lost is looked up in the log by it before it is sent again, so
+  a retry never duplicates rows, and a new transaction, even one replaying a checkpoint id,
+  is never taken for another's repeat.
+- ``_pre_commit`` counts the rows (from the statistics of the files it added, so not read
+  back), runs the validation gate on them if the sink has one, and journals the verdict.
+- ``_commit`` makes the rows visible with the table's committer (``lakesink.delta.committer``:
+  an insert-only MERGE idempotent by Delta's txn version, or a metadata commit), then
+  journals it committed and brings the table's published table up. The decision to commit
+  is durable before that: the driver's checkpoint record, or (standalone) the pre-commit
+  itself, which recovery always commits; an operator's commit journals it
+  (``committing``).
 - ``_abort`` and ``_hold`` journal the transaction aborted or held; its rows stay masked
   (aborted ones until the vacuum job removes them).
 - ``_log`` folds this writer's journal, for recovery.
 
-Why the partitions: a commit's MERGE pins its own transaction's pending partition, so
-Delta reads only that transaction's files and checks write conflicts against them alone
-(open-source Delta checks conflicts per partition read): appends of other transactions,
-other commits (which only add files to the committed partition), compaction of the
-committed partition and the vacuum's removal of aborted partitions never conflict with it.
+Why the partitions: a commit reads its own transaction's pending partition, so Delta reads
+only that transaction's files and checks write conflicts against them alone (open-source
+Delta checks conflicts per partition read): appends of other transactions, other commits
+(which only add files to the committed partition), compaction of the committed partition
+and the vacuum's removal of aborted partitions never conflict with it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -59,6 +59,7 @@ from lakesink.core import (
 )
 from lakesink.delta.committer import Committable, Committer, committer
 from lakesink.delta.publish import check_partition_types, check_publishable
+from lakesink.delta.writer import add_staged, remove_staging_log, write_staged
 from lakesink.errors import (
     CommitStateUnknownError,
     ConfigurationError,
@@ -72,10 +73,8 @@ from lakesink.readers.spark import (
     transaction_rows,
 )
 from lakesink.spark.settings import (
-    WRITE_SETTINGS,
     CommitRetry,
     labelled,
-    session_conf,
 )
 from lakesink.spark.sql import (
     check_column_names,
@@ -89,13 +88,10 @@ from lakesink.storage.access import translated
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
-from lakesink.tables.commits import commit
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, view_cut
-from lakesink.tables.deltars import delta_table, has_sink_history
+from lakesink.tables.deltars import has_sink_history
 from lakesink.tables.format import (
     CHECKPOINT_ID,
-    PENDING,
-    VISIBLE,
     CommitMode,
     SinkTable,
     check_columns,
@@ -526,8 +522,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # committed by metadata: its views cut by checkpoint) does the row carry it.
         stamped = self._group_id is not None and self.sink_table.commit_mode == "metadata"
         frame = value.select(
-            F.lit(False).alias(VISIBLE),
-            F.lit(transaction.txn_id).alias(PENDING),
             *([F.lit(transaction.checkpoint_id).cast("bigint").alias(CHECKPOINT_ID)] * stamped),
             *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
         )
@@ -538,42 +532,42 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # The append names its transaction and its step in the transaction in the commit's
         # userMetadata: what finds it in the log if its answer is lost.
         metadata = self._metadata("write", transaction, step=step)
-        for attempt in range(1, APPEND_ATTEMPTS + 1):
-            observation = Observation(f"lakesink_rows_{uuid.uuid4().hex}")
-            sent_ms = time.time_ns() // 1_000_000
-            try:
-                self._step("before_append", transaction)
-                # The frame's own session writes it: in foreachBatch, a clone of ours.
-                session = frame.sparkSession
-                checkpoint_id = transaction.checkpoint_id
-                with (
-                    session_conf(session, WRITE_SETTINGS),
-                    labelled(session, self.sink_id, checkpoint_id, "pre-commit"),
-                ):
-                    (
-                        frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-                        .write.format("delta")
-                        .mode("append")
-                        .option("userMetadata", metadata)
-                        .save(self.path)
+        # Each append is the writer's newest checkpoint, as a Delta txn action any tool reads.
+        txn = [(writer_app_id(self.sink_id, self.writer_id), transaction.checkpoint_id)]
+        try:
+            for attempt in range(1, APPEND_ATTEMPTS + 1):
+                sent_ms = time.time_ns() // 1_000_000
+                try:
+                    self._step("before_append", transaction)
+                    with labelled(
+                        frame.sparkSession, self.sink_id, transaction.checkpoint_id, "pre-commit"
+                    ):
+                        write_staged(frame, self.sink_table, transaction.txn_id)
+                    staged = add_staged(
+                        self.sink_table, transaction.txn_id, json.loads(metadata), txn
                     )
-                self._step("after_append", transaction)
-                observed = _observed_rows(observation) if attempt == 1 else None
-                progress.rows = (
-                    None if progress.rows is None or observed is None else progress.rows + observed
-                )
-                break
-            except Exception as exc:
-                log.warning("%s: append attempt %d failed: %s", self.name, attempt, exc)
-                # It may have landed and its answer been lost: sent again, its rows would be
-                # there twice. Its commit, if any, is among the newest in the log.
-                if find_commit(self.path, metadata, since_ms=sent_ms) is not None:
-                    log.info("%s: append %d of %s landed after all", self.name, step, transaction)
-                    progress.rows = None  # counted in the table at the pre-commit
+                    self._step("after_append", transaction)
+                    progress.rows = (
+                        None
+                        if progress.rows is None or staged.rows is None
+                        else progress.rows + staged.rows
+                    )
                     break
-                if attempt == APPEND_ATTEMPTS:
-                    progress.failure = repr(exc)
-                    raise
+                except Exception as exc:
+                    log.warning("%s: append attempt %d failed: %s", self.name, attempt, exc)
+                    # It may have landed and its answer been lost: sent again, its rows would be
+                    # there twice. Its commit, if any, is among the newest in the log.
+                    if find_commit(self.path, metadata, since_ms=sent_ms) is not None:
+                        log.info(
+                            "%s: append %d of %s landed after all", self.name, step, transaction
+                        )
+                        progress.rows = None  # counted in the table at the pre-commit
+                        break
+                    if attempt == APPEND_ATTEMPTS:
+                        progress.failure = repr(exc)
+                        raise
+        finally:  # its files are the table's now, or in no version of it
+            remove_staging_log(self.path, transaction.txn_id)
         progress.appends = step
 
     def _pre_commit(self, transaction: DeltaTransaction) -> TxnState:
@@ -588,7 +582,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             state, detail = self._verdict(transaction, report)
         self._step("before_pre_commit_record", transaction)
         self._lock.check()  # a writer that lost its lease leaves recovery to the new holder
-        self._record_txn(transaction)
         self.journal.record(
             self._entry(
                 transaction,
@@ -607,22 +600,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             "" if state is TxnState.PRE_COMMITTED else f", {state.value} by validation",
         )
         return state
-
-    def _record_txn(self, transaction: DeltaTransaction) -> None:
-        """The pre-commit in the table's log: a Delta ``txn`` action (app id: this writer,
-        version: the checkpoint id), in a commit of no file, so any Delta tool reads the
-        writer's newest checkpoint (``DeltaTable.transaction_version``). Written by
-        delta-rs: Spark would reconstruct the table's state to check the version first."""
-        with translated(self.path):
-            commit(
-                self.path,
-                delta_table(self.path),
-                [],
-                json.loads(self._metadata("pre-commit", transaction)),
-                transactions=[
-                    (writer_app_id(self.sink_id, self.writer_id), transaction.checkpoint_id)
-                ],
-            )
 
     def _commit(self, transaction: DeltaTransaction) -> None:
         committable = self.committable(transaction)
@@ -773,22 +750,6 @@ def _view_name(view_name: str | None, sink_id: str) -> str:
         )
     quote_name(sink_id, what="view name (by default the sink id)")
     return sink_id
-
-
-def _observed_rows(observation: Observation) -> int | None:
-    """The rows an append wrote, or None if Delta skipped it (nothing was observed).
-
-    ``Observation.get`` would wait forever for a write that never ran, so the JVM side's
-    future is asked first; any surprise there just means "unknown" (then the rows are
-    counted in the table).
-    """
-    try:
-        if not observation._jo.future().isCompleted():  # type: ignore[union-attr]
-            return None
-        return int(observation.get["rows"])
-    except Exception as exc:  # a private API: never let it fail a write
-        log.debug("observed row count unavailable: %s", exc)
-        return None
 
 
 def _as_struct(spark: SparkSession, schema: StructType | str | None) -> StructType | None:

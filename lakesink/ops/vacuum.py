@@ -22,7 +22,9 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    concurrent appends and commits into other partitions never conflict with it; write
    conflicts are retried with backoff. One journal event per vacuumed transaction.
 4. Compaction (``lakesink.ops.compact``, unless turned off): OPTIMIZE of the committed
-   partition and of the journal, which gain a small file per checkpoint.
+   partition and of the journal, which gain a small file per checkpoint. The logs of
+   staging tables that appends cut short left in finished transactions' pending folders
+   are removed (``lakesink.delta.writer``).
 5. The published table is brought up to date (``lakesink.tables.published``).
 6. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
    and the compaction left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM
@@ -52,6 +54,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.committer import Committable, committer
+from lakesink.delta.writer import remove_staging_log, staging_logs
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
@@ -152,6 +155,8 @@ class VacuumPlan:
             committed again, the table's way.
         commit_mode: The table's commit mode (how those are committed again).
         published: Whether lakesink keeps the table's published table.
+        staging_logs: Finished transactions whose pending folder still holds the log of an
+            append's staging table (``lakesink.delta.writer``, scenarios 1 and 4): removed.
     """
 
     table_path: str
@@ -170,6 +175,7 @@ class VacuumPlan:
     unpublished: tuple[TransactionStatus, ...] = ()
     commit_mode: CommitMode = "merge"
     published: bool = True
+    staging_logs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -396,6 +402,7 @@ def plan_vacuum(
     )
     log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
     committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
+    finished = {s.txn_id for s in statuses if s.state.final}
     # One read of the log for both: the targets' masked files, and committed leftovers.
     wanted = [*(s.txn_id for s in targets), *committed]
     found = partition_files(path, PENDING, wanted) if wanted else {}
@@ -424,6 +431,8 @@ def plan_vacuum(
         unpublished=tuple(committed[txn_id] for txn_id in left),
         commit_mode=table.commit_mode,
         published=table.published,
+        # An open or pre-committed one may be appending still.
+        staging_logs=tuple(t for t in staging_logs(path) if t in finished),
         compaction=(
             tuple(
                 plan_compaction(
@@ -503,6 +512,10 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
                 for s in targets
             )
         )
+    for txn_id in plan.staging_logs:
+        remove_staging_log(plan.table_path, txn_id)
+    if plan.staging_logs:
+        log.info("%s: removed %d leftover staging log(s)", prefix, len(plan.staging_logs))
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
     if plan.published:
         publish(plan.table_path)

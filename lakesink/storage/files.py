@@ -36,6 +36,7 @@ __all__ = [
     "remove_file",
     "remove_folder",
     "require_delta_table",
+    "subfolder_names",
     "write_bytes",
 ]
 
@@ -135,6 +136,17 @@ def folder_names(location: str) -> list[str]:
         store, key = object_store(location)
         listed = store.list_with_delimiter(_prefix(key))
         return sorted(o["path"].rpartition("/")[2] for o in _contents(listed, key))
+
+
+def subfolder_names(location: str) -> list[str]:
+    """The names of the folders directly in the folder ``location`` (none if it is absent)."""
+    with translated(location):
+        if not is_uri(location):
+            folder = Path(location)
+            return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        store, key = object_store(location)
+        listed = store.list_with_delimiter(_prefix(key))
+        return sorted(p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"])
 
 
 def _prefix(key: str) -> str | None:
