@@ -129,10 +129,7 @@ def folder_names(location: str) -> list[str]:
     """The names of the files directly in the folder ``location`` (none if it is absent)."""
     with translated(location):
         if not is_uri(location):
-            folder = Path(location)
-            return (
-                sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-            )
+            return sorted(e.name for e in _entries(location) if e.is_file())
         store, key = object_store(location)
         listed = store.list_with_delimiter(_prefix(key))
         return sorted(o["path"].rpartition("/")[2] for o in _contents(listed, key))
@@ -142,11 +139,20 @@ def subfolder_names(location: str) -> list[str]:
     """The names of the folders directly in the folder ``location`` (none if it is absent)."""
     with translated(location):
         if not is_uri(location):
-            folder = Path(location)
-            return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+            return sorted(e.name for e in _entries(location) if e.is_dir())
         store, key = object_store(location)
         listed = store.list_with_delimiter(_prefix(key))
         return sorted(p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"])
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    """A local folder's entries (none if it is absent). ``scandir`` tells files from folders
+    without a ``stat`` of each: a table's log holds thousands of entries."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _prefix(key: str) -> str | None:
