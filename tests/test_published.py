@@ -27,7 +27,7 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.ops.vacuum import plan_vacuum
 from lakesink.storage.options import StorageOptions, deltars_uri
 from lakesink.tables.format import PUBLISHED_APP_ID, writer_app_id
-from lakesink.tables.published import publish, published_table
+from lakesink.tables.published import current_version, publish, published_table
 
 SCHEMA = "id BIGINT, item STRING"
 
@@ -134,11 +134,18 @@ def test_a_published_table_left_behind_shows_the_previous_commit_until_the_next_
     assert committed_ids(spark, orders) == Counter(range(10))
     assert published_ids(orders) == Counter(range(5))  # behind, never wrong
     assert published_table(str(orders)).behind == 1
+    assert current_version(str(orders)) is None  # so lakesink's readers read the sink table
     assert main(["status", str(orders)]) == 0
     assert "1 table version(s) behind" in capsys.readouterr().out
-    open_sink(spark, orders, commit).close()  # the next open brings it up
+    sink = open_sink(spark, orders, commit)  # the next open brings it up
     assert published_ids(orders) == Counter(range(10))
     assert published_table(str(orders)).behind == 0
+    up_to_date = current_version(str(orders))
+    assert up_to_date == DeltaTable(lakesink.Table(str(orders)).published).version()
+    checkpoint(spark, sink, range(10, 15), commit=False)  # pending rows change nothing shown
+    sink.close()
+    assert current_version(str(orders)) == up_to_date
+    assert committed_ids(spark, orders) == Counter(range(10))
 
 
 def _dies(path: str) -> None:

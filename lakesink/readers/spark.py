@@ -19,8 +19,10 @@ from lakesink.tables.format import (
     COMMITTED_FILTER,
     SinkTable,
     pending_txn_rows,
+    published_path,
     user_columns,
 )
+from lakesink.tables.published import current_version
 
 __all__ = [
     "CommittedViews",
@@ -52,8 +54,9 @@ def committed(
     One path gives one DataFrame; several give one each, in order, all at one cut: a table
     of a group (the tables one job or streaming query commits together) is read at the
     versions of its group's newest cut, so totals never run ahead of their orders
-    (``lakesink.core.cut``); a table of no group, at its latest version. ``version`` reads
-    one table as of that Delta version (time travel).
+    (``lakesink.core.cut``); a table of no group, at its latest version (from its
+    published table, when that is up to date). ``version`` reads one table as of that
+    Delta version (time travel).
 
     Raises:
         ConfigurationError: Several tables not all of one group, or ``version`` with
@@ -70,6 +73,13 @@ def committed(
 
 def _committed_at(spark: SparkSession, path: str, version: int | None) -> DataFrame:
     reader = spark.read.format("delta")
+    # At its latest version, a table whose published table is up to date is read there:
+    # the same files, without Delta's partition-filtered listing of the sink table's whole
+    # state (thousands of tombstones after compaction), which costs more with its history.
+    # Its latest version, not the one checked: never ahead of the sink nor wrong, and the
+    # one Delta keeps in its cache (a version as of is rebuilt at every read).
+    if version is None and current_version(path) is not None:
+        return reader.load(published_path(path))
     if version is not None:
         reader = reader.option("versionAsOf", version)
     return _committed_rows(reader.load(path))

@@ -69,7 +69,7 @@ from lakesink.tables.history import (
     version_at,
 )
 
-__all__ = ["PublishedTable", "publish", "published_table"]
+__all__ = ["PublishedTable", "current_version", "publish", "published_table"]
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +397,26 @@ def _evolve(table: DeltaTable, fields: list[dict[str, Any]]) -> bool:
     return bool(added)
 
 
+def current_version(sink_path: str) -> int | None:
+    """The newest version of the published table, if it shows the sink table's newest
+    committed rows (the sink versions since the one it shows added pending rows only);
+    None if the table has none, or it is behind. Read from the two logs' newest commits,
+    no table's file list loaded."""
+    path = published_path(sink_path)
+    if not is_delta_table(path):
+        return None
+    version = table_version(path)
+    shown = _shown_back_from(path, version)
+    if shown is None:
+        return None
+    try:
+        if _since(sink_path, shown, table_version(sink_path)).changed:
+            return None
+    except FileNotFoundError:  # the sink's log was cleaned past it: far behind
+        return None
+    return version
+
+
 def oldest_shown(sink_path: str, since: datetime) -> int | None:
     """The oldest sink table version that a version of the published table committed since
     ``since`` (or current then) shows; None before its first update.
@@ -408,18 +428,26 @@ def oldest_shown(sink_path: str, since: datetime) -> int | None:
     if not is_delta_table(path):
         return None
     start = version_at(path, since)
-    # Back from the version current then (down to the oldest its log still holds); if none
-    # showed one (its creation was current then), forward to its first update.
-    for version in range(-1 if start is None else start, -1, -1):
-        try:
-            shown = commit_user_metadata(path, version).get("sink_version")
-        except FileNotFoundError:
-            break
-        if isinstance(shown, int):
-            return shown
+    # The update current then (if its log still holds it); if none showed one (its
+    # creation was current then), its first update.
+    if start is not None and (shown := _shown_back_from(path, start)) is not None:
+        return shown
     for version in range(0 if start is None else start + 1, table_version(path) + 1):
         with contextlib.suppress(FileNotFoundError):
             shown = commit_user_metadata(path, version).get("sink_version")
             if isinstance(shown, int):
                 return shown
+    return None
+
+
+def _shown_back_from(path: str, version: int) -> int | None:
+    """The sink version that the newest update of the published table at ``path`` up to
+    ``version`` shows; None if there is none, or the log no longer holds it."""
+    for older in range(version, -1, -1):
+        try:
+            shown = commit_user_metadata(path, older).get("sink_version")
+        except FileNotFoundError:
+            return None
+        if isinstance(shown, int):
+            return shown
     return None
