@@ -127,32 +127,37 @@ def require_delta_table(location: str) -> None:
 
 def folder_names(location: str) -> list[str]:
     """The names of the files directly in the folder ``location`` (none if it is absent)."""
-    with translated(location):
-        if not is_uri(location):
-            return sorted(e.name for e in _entries(location) if e.is_file())
-        store, key = object_store(location)
-        listed = store.list_with_delimiter(_prefix(key))
-        return sorted(o["path"].rpartition("/")[2] for o in _contents(listed, key))
+    return _listing(location)[0]
 
 
 def subfolder_names(location: str) -> list[str]:
     """The names of the folders directly in the folder ``location`` (none if it is absent)."""
+    return _listing(location)[1]
+
+
+def _listing(location: str) -> tuple[list[str], list[str]]:
+    """The names of the files, and of the folders, directly in the folder ``location``.
+
+    A local folder is read with ``scandir``, which tells files from folders without a
+    ``stat`` of each: a table's log holds thousands of entries.
+    """
     with translated(location):
         if not is_uri(location):
-            return sorted(e.name for e in _entries(location) if e.is_dir())
+            try:
+                with os.scandir(location) as found:
+                    entries = list(found)
+            except (FileNotFoundError, NotADirectoryError):
+                return [], []
+            return (
+                sorted(e.name for e in entries if e.is_file()),
+                sorted(e.name for e in entries if e.is_dir()),
+            )
         store, key = object_store(location)
         listed = store.list_with_delimiter(_prefix(key))
-        return sorted(p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"])
-
-
-def _entries(folder: str) -> list[os.DirEntry[str]]:
-    """A local folder's entries (none if it is absent). ``scandir`` tells files from folders
-    without a ``stat`` of each: a table's log holds thousands of entries."""
-    try:
-        with os.scandir(folder) as entries:
-            return list(entries)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+        return (
+            sorted(o["path"].rpartition("/")[2] for o in _contents(listed, key)),
+            sorted(p.rstrip("/").rpartition("/")[2] for p in listed["common_prefixes"]),
+        )
 
 
 def _prefix(key: str) -> str | None:
