@@ -47,7 +47,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.schema import Field, Schema
 from deltalake.transaction import AddAction, RemoveAction
 
-from lakesink.errors import CommitFailedError
+from lakesink.errors import CommitFailedError, TableNotFoundError
 from lakesink.storage.access import translated
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.options import StorageOptions
@@ -403,9 +403,10 @@ def current_version(sink_path: str) -> int | None:
     None if the table has none, or it is behind. Read from the two logs' newest commits,
     no table's file list loaded."""
     path = published_path(sink_path)
-    if not is_delta_table(path):
+    try:
+        version = table_version(path)
+    except TableNotFoundError:  # none (yet)
         return None
-    version = table_version(path)
     shown = _shown_back_from(path, version)
     if shown is None:
         return None
