@@ -10,7 +10,9 @@ statement over both committed views.
 How the test knows the read raced the publishes: a step hook holds the commit of every
 batch right after orders published it and before totals did, until the reader has read
 once in that window. The positive control reads both tables at their latest versions
-(what readers did before cuts) in that same window, and must disagree every time.
+(what readers did before cuts) in that same window, and must disagree every time. The
+reader starts before the query's tables exist, and the query is held once more when both
+exist and its driver has recorded no cut yet: the group is read as one there too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -30,10 +34,10 @@ from pyspark.sql import functions as F
 import lakesink
 from lakesink.core import step_hook
 from lakesink.delta.sink import DeltaSink
-from lakesink.errors import ConfigurationError
+from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
-from lakesink.tables.cuts import DeltaCutStore, cuts_path
+from lakesink.tables.cuts import DeltaCutStore, cuts_path, group_cut
 from lakesink.tables.format import VISIBLE
 from lakesink.tables.history import table_version
 
@@ -71,84 +75,135 @@ def latest(spark, path: str):
     return spark.read.format("delta").load(path).where(f"{VISIBLE} = true")
 
 
+@dataclass
+class Stream:
+    """A two-table streaming query started in the background, and its hold points."""
+
+    orders: str
+    totals: str
+    chk: str
+    window: threading.Event  # the query holds in a window, waiting for one read
+    read_in_window: threading.Event  # the reader read there: go on
+    started: Future  # the sink and the query, once they are
+
+
 @pytest.fixture
 def stream(spark, tmp_path, lake, commit):
-    """A two-table streaming query, held after each batch's orders publish until told."""
+    """A two-table streaming query, started in another thread while the test reads: held
+    once its sinks are open (before its first cut), and after each batch's orders publish,
+    until the reader has read once there."""
     landing(tmp_path / "landing")
-    orders, totals = join(lake, "orders"), join(lake, "totals")
-    chk = join(lake, "chk")
-    window, read_in_window = threading.Event(), threading.Event()
+    window, read_in_window, released = threading.Event(), threading.Event(), threading.Event()
     published: Counter[int] = Counter()
+    found = Stream(join(lake, "orders"), join(lake, "totals"), join(lake, "chk"), window,
+                   read_in_window, Future())  # fmt: skip
+
+    def hold() -> None:
+        if released.is_set():
+            return
+        window.set()
+        assert read_in_window.wait(timeout=300), "the reader never read"
+        read_in_window.clear()
 
     def hook(step: str, batch_id: int) -> None:
+        if step == "after_recovery":  # both tables exist, no cut recorded by the driver
+            hold()
         if step == "after_flip":
             published[batch_id] += 1
             if published[batch_id] == 1:  # orders published the batch, totals not yet
-                window.set()
-                assert read_in_window.wait(timeout=300), "the reader never read"
-                read_in_window.clear()
+                hold()
 
     def process(batch, sinks) -> None:
         sinks["orders"].write(batch.select("order_id", "customer"))
         sinks["totals"].write(batch.groupBy("customer").agg(F.count("*").alias("orders")))
 
-    with step_hook(hook):
-        sinks = {
-            "orders": DeltaSink(spark, orders, schema=SCHEMA, commit=commit, view_name="c_orders"),
-            "totals": DeltaSink(spark, totals, schema=TOTALS, commit=commit, view_name="c_totals"),
-        }
-        sink = StreamingSink.for_sinks(spark, sinks, checkpoint_location=chk, process=process)
-    source = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(tmp_path / "landing"))
-    )
-    query = (
-        source.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", chk)
-        .trigger(availableNow=True)
-        .start()
-    )
-    yield orders, totals, query, window, read_in_window, sink
-    query.stop()
+    def start():
+        with step_hook(hook):
+            sinks = {
+                "orders": DeltaSink(spark, found.orders, schema=SCHEMA, commit=commit,
+                                    view_name="c_orders"),
+                "totals": DeltaSink(spark, found.totals, schema=TOTALS, commit=commit,
+                                    view_name="c_totals"),
+            }  # fmt: skip
+            sink = StreamingSink.for_sinks(
+                spark, sinks, checkpoint_location=found.chk, process=process
+            )
+        source = (
+            spark.readStream.schema(SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .json(str(tmp_path / "landing"))
+        )
+        query = (
+            source.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", found.chk)
+            .trigger(availableNow=True)
+            .start()
+        )
+        return sink, query
+
+    with ThreadPoolExecutor(1) as starter:
+        found.started = starter.submit(start)
+        yield found
+        released.set()  # a failed test must not leave the query waiting for a reader
+        read_in_window.set()
+        if found.started.done() and found.started.exception() is None:
+            found.started.result()[1].stop()
 
 
 def test_one_call_reads_of_a_two_table_stream_always_see_one_cut(spark, stream, lake):
-    orders, totals, query, window, read_in_window, sink = stream
+    """The reader starts before the query's tables exist: every read agrees, the first
+    ones (before the query's first checkpoint) at the group's membership cut."""
     windows, reads = [], 0
     deadline = time.monotonic() + 900
-    while len(windows) < BATCHES:  # every batch's commit waits for one read in its window
-        assert time.monotonic() < deadline, f"only {len(windows)} of {BATCHES} windows came"
-        in_window = window.is_set()
-        both = lakesink.committed(spark, orders, totals)
+    while len(windows) < 1 + BATCHES:  # the opening, then each batch's commit
+        assert time.monotonic() < deadline, f"only {len(windows)} of {1 + BATCHES} windows came"
+        in_window = stream.window.is_set()
+        try:
+            both = lakesink.committed(spark, stream.orders, stream.totals)
+        except TableNotFoundError:  # not created yet
+            assert not reads, "a table of the group went away"
+            stream.window.wait(timeout=0.2)
+            continue
         assert agree_in_one_query(*both), "a one-query read saw two cuts"
-        assert agree_in_arrow(*lakesink.arrow(orders, totals)), "an Arrow read saw two cuts"
-        assert spark.sql(
-            "SELECT (SELECT count(*) FROM c_orders) = "
-            "(SELECT coalesce(sum(orders), 0) FROM c_totals)"
-        ).first()[0], "one SQL statement over both views saw two cuts"
+        assert agree_in_arrow(*lakesink.arrow(stream.orders, stream.totals)), (
+            "an Arrow read saw two cuts"
+        )
+        if windows:  # the views exist once the sinks are open
+            assert spark.sql(
+                "SELECT (SELECT count(*) FROM c_orders) = "
+                "(SELECT coalesce(sum(orders), 0) FROM c_totals)"
+            ).first()[0], "one SQL statement over both views saw two cuts"
         reads += 1
+        if in_window and not windows:
+            # Before the driver's first cut, the tables are read as a group already.
+            cut = group_cut("orders", lakesink.Table(stream.orders).journal_path)
+            assert cut is not None and cut.checkpoint_id == -1, cut
+            windows.append(None)
+        elif in_window:
+            control = (latest(spark, stream.orders), latest(spark, stream.totals))
+            windows.append(agree_in_one_query(*control))
         if in_window:
-            windows.append(agree_in_one_query(latest(spark, orders), latest(spark, totals)))
-            window.clear()
-            read_in_window.set()
+            stream.window.clear()
+            stream.read_in_window.set()
+    sink, query = stream.started.result(timeout=300)
     query.awaitTermination()
     sink.close()
     assert not any(windows), "the control: the latest versions disagree inside each window"
-    final = lakesink.committed(spark, orders, totals)
+    final = lakesink.committed(spark, stream.orders, stream.totals)
     assert final[0].count() == BATCHES * PER_BATCH and agree_in_one_query(*final)
     assert reads > len(windows)
 
 
 @pytest.mark.parametrize(("lake", "commit"), [("local", "metadata")], indirect=True)
 def test_a_cut_names_every_table_of_the_group_at_its_version(spark, stream, lake):
-    orders, totals, query, window, read_in_window, sink = stream
-    for _ in range(BATCHES):  # no reader: let every batch's commit through
-        assert window.wait(timeout=900)
-        window.clear()
-        read_in_window.set()
+    for _ in range(1 + BATCHES):  # no reader: let the opening and every commit through
+        assert stream.window.wait(timeout=900)
+        stream.window.clear()
+        stream.read_in_window.set()
+    sink, query = stream.started.result(timeout=300)
     query.awaitTermination()
     sink.close()
+    orders, totals = stream.orders, stream.totals
     table = lakesink.Table(orders)
     cut = DeltaCutStore(cuts_path(table.journal_path)).latest(join(lake, "chk"))
     assert cut is not None and cut.checkpoint_id == BATCHES - 1

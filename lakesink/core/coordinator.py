@@ -189,6 +189,7 @@ class CheckpointCoordinator(Generic[DataT]):
             self._next_id = used + 1
             for key, sink in self.sinks.items():
                 sink.initialize_state(self._restored(key, sink), next_checkpoint_id=used + 1)
+            self._step("after_recovery", self.last.checkpoint_id if self.last else 0)
             # Recovery published what the last checkpoint left unpublished: its cut now.
             record_cut(self.group_id, self.last.checkpoint_id if self.last else 0, sinks.values())
         except BaseException:

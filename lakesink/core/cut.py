@@ -17,6 +17,11 @@ Failure scenarios:
 3. A checkpoint held for an operator: the cut moves on without it (its rows are masked in
    every table); the operator's commit publishes it in every table of the group and then
    records a new cut (``lakesink commit``).
+4. A reader that starts with the pipeline, before its first checkpoint: the group's
+   membership is recorded as its first cut before any member is opened (``form_group``),
+   so no read of two members ever takes them for tables of no group, each at its own
+   latest version; a crash right after it leaves a cut of empty tables, true until the
+   restart records the next.
 
 A cut is recorded by the driver that committed the checkpoint (``record_cut``); the Delta
 side stores it (``lakesink.tables.cuts``) and reads tables at it (``lakesink.committed``).
@@ -91,7 +96,8 @@ class CutMember(Protocol):
         """The table's key in the group (unique among the tables of one store)."""
 
     def cut_table(self) -> CutTable:
-        """The table as it stands now (the group has published through the checkpoint)."""
+        """The table as it stands now (the group has published through the checkpoint);
+        before it exists, its creation: version 0, which holds no row."""
 
     def cut_store(self) -> CutStore:
         """Where the cut is recorded for this table's readers."""
@@ -105,12 +111,31 @@ class CutMember(Protocol):
 
 
 def form_group(group_id: str, sinks: Iterable[Any]) -> None:
-    """Tell the sinks that can be cut that they are a group (two or more of them), before
-    any of them writes: each commit of theirs will then be recorded in a cut."""
-    members = [s for s in sinks if isinstance(s, CutMember)]
-    if len(members) >= 2:
-        for member in members:
-            member.join_group(group_id)
+    """Tell the sinks that can be cut that they are a group (two or more of them), and make
+    that durable, before any of them is opened: each commit of theirs will be recorded in a
+    cut, and readers read them at one cut from the moment the first of them exists.
+
+    Membership is a cut too (scenario 4): the group's newest, with every member it does not
+    name yet where that member stands now (a table not created yet: its creation, version
+    0, which holds no row). Recorded only when a member is missing from the newest cut.
+    """
+    members = _members(sinks)
+    if not members:
+        return
+    for member in members:
+        member.join_group(group_id)
+    for store in _stores(members):
+        latest = store.latest(group_id)
+        known = dict(latest.tables) if latest else {}
+        if all(m.cut_key in known for m in members):
+            continue
+        store.record(
+            Cut(
+                group_id=group_id,
+                checkpoint_id=latest.checkpoint_id if latest else -1,
+                tables={m.cut_key: known.get(m.cut_key) or m.cut_table() for m in members},
+            )
+        )
 
 
 def record_cut(group_id: str, checkpoint_id: int, sinks: Iterable[Any]) -> Cut | None:
@@ -121,20 +146,31 @@ def record_cut(group_id: str, checkpoint_id: int, sinks: Iterable[Any]) -> Cut |
     (one, unless their journals differ), then to each sink's readers by name. Returns it,
     or None when there is none to record.
     """
-    members = [s for s in sinks if isinstance(s, CutMember)]
-    if len(members) < 2:
+    members = _members(sinks)
+    if not members:
         return None
     cut = Cut(
         group_id=group_id,
         checkpoint_id=checkpoint_id,
         tables={m.cut_key: m.cut_table() for m in members},
     )
-    stores: dict[str, CutStore] = {}
-    for member in members:
-        store = member.cut_store()
-        stores.setdefault(store.location, store)
-    for store in stores.values():
+    for store in _stores(members):
         store.record(cut)
     for member in members:
         member.show_cut(cut)
     return cut
+
+
+def _members(sinks: Iterable[Any]) -> list[CutMember]:
+    """The sinks that can be cut, if two or more (a table alone is read at its latest)."""
+    members = [s for s in sinks if isinstance(s, CutMember)]
+    return members if len(members) >= 2 else []
+
+
+def _stores(members: Iterable[CutMember]) -> list[CutStore]:
+    """Each distinct store of the members (one, unless their journals differ)."""
+    stores: dict[str, CutStore] = {}
+    for member in members:
+        store = member.cut_store()
+        stores.setdefault(store.location, store)
+    return list(stores.values())

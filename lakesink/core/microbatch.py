@@ -54,9 +54,10 @@ class MicroBatchDriver(Generic[SinkT]):
         sinks: The sinks every batch writes, by name.
         recorded: The last batch id in the engine's commit log, -1 before the first.
         where: Names the engine's checkpoint location in errors.
-        step_hook: Called with ``after_pre_commit`` (the batch is pre-committed, the engine
-            has not recorded it) and ``after_record`` (the driver found it recorded and
-            commits it next), and the batch id.
+        step_hook: Called with ``after_recovery`` (the sinks are open and recovered, the
+            group's cut of it not recorded yet), ``after_pre_commit`` (the batch is
+            pre-committed, the engine has not recorded it) and ``after_record`` (the driver
+            found it recorded and commits it next), and the batch id.
         group_id: Names the sinks' group in the cuts their readers read at
             (``lakesink.core.cut``); default: ``where``.
 
@@ -87,6 +88,7 @@ class MicroBatchDriver(Generic[SinkT]):
                 _check_not_behind(name, sink, last, where)
             for sink in self.sinks.values():
                 sink.initialize_from_log(last)
+            self._step("after_recovery", last)
             # Recovery published what the engine recorded: its cut now.
             record_cut(self.group_id, last, self.sinks.values())
         except BaseException:

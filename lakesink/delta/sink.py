@@ -384,8 +384,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return self.sink_id
 
     def cut_table(self) -> CutTable:
-        """The table's newest version (a cut is recorded once the group published)."""
-        return CutTable(table_version(self.path), self.path, self.writer_id)
+        """The table's newest version (a cut is recorded once the group published); 0, its
+        creation, before the table exists (the group's membership is recorded first)."""
+        try:
+            version = table_version(self.path)
+        except TableNotFoundError:
+            version = 0
+        return CutTable(version, self.path, self.writer_id)
 
     def cut_store(self) -> CutStore:
         """The cuts table beside the sink's journal."""

@@ -34,6 +34,7 @@ from lakesink.tables.deltars import (
     read_sink_table_log,
 )
 from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, JOURNAL_FORMAT
+from lakesink.tables.history import table_version
 
 __all__ = [
     "CUTS_NAME",
@@ -204,7 +205,10 @@ def view_cut(sink_id: str, journal_path: str) -> Cut | None:
 
 
 def read_versions(paths: Sequence[str]) -> dict[str, int | None]:
-    """``versions_at_cut`` for the lakesink tables at ``paths`` (their logs say who they are).
+    """``versions_at_cut`` for the lakesink tables at ``paths`` (their logs say who they are),
+    every version pinned when there are several: tables of no group, each at the version it
+    has now, all taken before any is read (read one after the other at "the latest", a
+    commit between two reads would show one table after it and the other before).
 
     Raises: as ``versions_at_cut``; TableNotFoundError, FormatVersionError for a path that
     holds no lakesink table of this version.
@@ -213,7 +217,10 @@ def read_versions(paths: Sequence[str]) -> dict[str, int | None]:
     for path in paths:
         found, _ = read_sink_table_log(path)
         tables[path] = (found.sink_id, found.journal_path)
-    return versions_at_cut(tables)
+    versions = versions_at_cut(tables)
+    if len(paths) > 1:
+        versions = {p: table_version(p) if v is None else v for p, v in versions.items()}
+    return versions
 
 
 def cut_version(sink_id: str, journal_path: str, checkpoint_id: int) -> int | None:

@@ -61,7 +61,8 @@ def test_each_checkpoint_of_a_group_records_its_cut_once_every_sink_published():
         checkpoint(job, "b")
     zero = {"orders": 0, "totals": 0}
     assert group.cuts() == [
-        (0, zero),  # at the start: the group and where its tables stand
+        (-1, zero),  # the group, before any sink opened
+        (0, zero),  # recovered: where its tables stand
         (1, {"orders": 1, "totals": 1}),
         (2, {"orders": 2, "totals": 2}),
     ]
@@ -76,7 +77,7 @@ def test_a_failed_commit_records_no_cut_until_every_sink_published():
     sinks["totals"].fail_commits = True
     with pytest.raises(CommitRoundError):
         checkpoint(job, "a")  # orders published 1, totals did not: no cut of 1
-    assert [c for c, _ in group.cuts()] == [0]
+    assert [c for c, _ in group.cuts()] == [-1, 0]
     sinks["totals"].fail_commits = False
     checkpoint(job, "b")  # totals publishes 1 and 2 now: the cut of 2 holds both
     assert group.cuts()[-1] == (2, {"orders": 2, "totals": 2})
@@ -122,9 +123,46 @@ def test_micro_batches_record_a_cut_of_what_the_engine_recorded():
     with driver.batch(0) as writers:
         for sink in writers.values():
             sink.write("a")
-    assert versions(stores["orders"]) == [(-1, {"orders": 0, "totals": 0})]
+    assert versions(stores["orders"]) == [(-1, {"orders": 0, "totals": 0})] * 2  # joined, opened
     recorded[0] = 0  # the engine wrote batch 0 to its commit log
     driver.commit_recorded()
     assert versions(stores["orders"])[-1] == (0, {"orders": 1, "totals": 1})
     assert stores["orders"].cuts[-1].group_id == "chk"
     driver.close()
+
+
+class FirstLook(MemorySink):
+    """A sink that notes the cuts its store held when it first looked at its own state."""
+
+    seen: list | None = None
+
+    def _log(self):
+        if self.seen is None:
+            self.seen = list(self.store.cuts)
+        return super()._log()
+
+
+@pytest.mark.parametrize("driver", ["coordinator", "micro-batch"])
+def test_a_groups_membership_is_durable_before_any_sink_opens(driver):
+    stores = {key: MemoryStore() for key in SINKS}
+    sinks = {k: FirstLook(stores[k], name=k, logged=True) for k in SINKS}
+    if driver == "coordinator":
+        CheckpointCoordinator(MemoryCheckpointStore(), job_id="g", sinks=sinks).close()
+    else:
+        MicroBatchDriver(sinks, recorded=lambda: -1, where="g").close()
+    for sink in sinks.values():  # a reader then already reads both at one cut
+        assert [(c.group_id, c.checkpoint_id, dict(c.versions)) for c in sink.seen] == [
+            ("g", -1, {"orders": 0, "totals": 0})
+        ]
+
+
+def test_a_sink_added_to_a_group_joins_its_newest_cut_where_it_stands():
+    group = Group()
+    with group.start() as job:
+        checkpoint(job, "a")
+    newcomer = MemoryStore()
+    newcomer.target["old"] = ["x"]  # a table written before it joined: version 1
+    sinks = {**group.sinks(), "returns": MemorySink(newcomer, name="returns", logged=True)}
+    group.start(sinks).close()
+    joined = group.cuts()[-2]  # then the restart's own cut
+    assert joined == (1, {"orders": 1, "totals": 1, "returns": 1})
