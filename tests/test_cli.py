@@ -97,13 +97,13 @@ def test_status_of_a_path_without_a_lakesink_table_exits_2(spark, tmp_path, caps
     assert "no Delta table at" in capsys.readouterr().err
 
 
-def test_commit_and_abort_by_hand(spark, tmp_path, capsys):
+def test_commit_and_abort_by_hand_in_the_tables_own_mode(spark, tmp_path, capsys, commit):
     from lakesink import DeltaSink, committed
     from lakesink.cli import main
 
     path = str(tmp_path / "orders")
     schema = "order_id BIGINT"
-    sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_manual")
+    sink = DeltaSink.open(spark, path, schema=schema, view_name="cli_manual", commit=commit)
     sink.write(spark.createDataFrame([(1,)], schema))
     sink.prepare_commit()  # checkpoint 1: pre-committed
     sink.write(spark.createDataFrame([(2,)], schema))

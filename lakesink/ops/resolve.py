@@ -31,7 +31,7 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.format import CommitMode, read_sink_table
+from lakesink.tables.format import CommitMode, check_commit_mode, read_sink_table
 from lakesink.tables.journal import Journal, TransactionStatus
 from lakesink.tables.published import publish
 
@@ -234,7 +234,8 @@ def resolve_checkpoint(
         AlreadyRunningError: A writer of the checkpoint is still running.
         ConfigurationError: An unknown ``mode``, or another than the table's.
     """
-    SinkOptions(commit=mode)  # an unknown mode is refused before anything is read
+    if mode is not None:
+        check_commit_mode(mode)  # an unknown mode is refused before anything is read
     plan = plan_resolution(path, checkpoint_id, action)
     if plan.done:
         if action == "commit":  # a retry of a commit that landed: its tables' published ones

@@ -97,7 +97,7 @@ def _resolve(args: argparse.Namespace, out: Output) -> int:
         table,
         args.checkpoint,
         args.command,
-        mode=getattr(args, "mode", "merge"),  # abort has no mode
+        mode=getattr(args, "mode", None),  # abort has no mode
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     out.show(
