@@ -35,10 +35,6 @@ __all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "CommitError":  # renamed CommitRoundError: lakesink.errors warns and hands it out
-        from lakesink import errors
-
-        return errors.__getattr__(name)
     if name in _PUBLIC:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         globals()[name] = value  # once: later uses find it without this call

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 
@@ -92,16 +91,3 @@ __all__ = sorted(
     for name, value in dict(globals()).items()
     if isinstance(value, type) and issubclass(value, LakesinkError)
 )
-
-
-def __getattr__(name: str) -> type[LakesinkError]:
-    """The names of lakesink 0.2 that were renamed, with a DeprecationWarning."""
-    if name == "CommitError":  # lakesink 0.2's name, which read as CommitFailedError's parent
-        warnings.warn(
-            "lakesink.errors.CommitError is deprecated and goes in the next release: use "
-            "CommitRoundError",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return CommitRoundError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -112,13 +112,9 @@ def test_notify_after_several_checkpoints_commits_exactly_those(spark, table):
         sink.write(rows(spark, batch))
         sink.prepare_commit()
     sink.write(rows(spark, [3]))
-    with pytest.warns(DeprecationWarning, match=r"use DeltaSink.prepare_commit\(\)"):
-        assert sink.checkpoint() == 3  # the old names, for one release
-    with pytest.warns(DeprecationWarning, match="use DeltaSink.sink_table"):
-        assert sink.table is sink.sink_table
+    assert sink.prepare_commit() == 3
     third = sink.state.pending_commit[-1].handle
-    with pytest.warns(DeprecationWarning, match="use DeltaSink.transaction_rows"):
-        assert [r.order_id for r in sink.pending_rows(third).collect()] == [3]
+    assert [r.order_id for r in sink.transaction_rows(third).collect()] == [3]
 
     sink.notify_checkpoint_complete(2)
 

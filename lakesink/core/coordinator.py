@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -272,24 +271,6 @@ class CheckpointCoordinator(Generic[DataT]):
         self._step("after_record", checkpoint_id)
         commit_all(self.sinks, checkpoint_id, group_id=self.group_id)
         return record
-
-    def checkpoint(
-        self,
-        position: str | None,
-        *,
-        items: tuple[str, ...] = (),
-        rows: int | None = None,
-        quarantined: tuple[Quarantined, ...] = (),
-    ) -> CheckpointRecord:
-        """Deprecated, goes in the next release: :meth:`trigger_checkpoint` (Flink's name
-        for a round; a checkpoint is the record it returns)."""
-        warnings.warn(
-            "CheckpointCoordinator.checkpoint() is deprecated and goes in the next release: "
-            "use CheckpointCoordinator.trigger_checkpoint()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.trigger_checkpoint(position, items=items, rows=rows, quarantined=quarantined)
 
     def run(
         self,

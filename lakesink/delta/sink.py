@@ -35,7 +35,6 @@ import json
 import logging
 import time
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -322,17 +321,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         self.snapshot_state(checkpoint_id)
         return checkpoint_id
 
-    def checkpoint(self) -> int:
-        """Deprecated, goes in the next release: :meth:`prepare_commit` (a checkpoint is
-        what ``Table.checkpoint(id)`` returns; this pre-commits)."""
-        warnings.warn(
-            "DeltaSink.checkpoint() is deprecated and goes in the next release: use "
-            "DeltaSink.prepare_commit()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.prepare_commit()
-
     @property
     def sink_table(self) -> SinkTable:
         """What the sink's table says of itself (the sink must have started); for the
@@ -341,30 +329,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             raise ProtocolError(f"{self.name} has not started: its table is not open yet")
         return self._table
 
-    @property
-    def table(self) -> SinkTable:
-        """Deprecated, goes in the next release: :attr:`sink_table` (not a ``lakesink.Table``)."""
-        warnings.warn(
-            "DeltaSink.table is deprecated and goes in the next release: use DeltaSink.sink_table",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.sink_table
-
     def transaction_rows(self, transaction: DeltaTransaction) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
         return transaction_rows(self.spark, self.sink_table, [transaction.txn_id])
-
-    def pending_rows(self, transaction: DeltaTransaction) -> DataFrame:
-        """Deprecated, goes in the next release: :meth:`transaction_rows` (``pending_rows``
-        is ``lakesink.Table``'s, by checkpoint id)."""
-        warnings.warn(
-            "DeltaSink.pending_rows is deprecated and goes in the next release: use "
-            "DeltaSink.transaction_rows",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.transaction_rows(transaction)
 
     def committable(self, transaction: DeltaTransaction) -> Committable:
         """What this writer hands its committer for a pre-committed transaction."""
