@@ -41,7 +41,7 @@ from lakesink.cli.spark_output import add_spark_options, jvm_output
 from lakesink.errors import ConfigurationError, LakesinkError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
-from lakesink.storage.access import check_reachable
+from lakesink.storage.files import check_reachable
 from lakesink.storage.location import is_uri, join, normalize
 from lakesink.tables.format import COMMIT_MODES
 

@@ -8,8 +8,8 @@ an obstore exception holding the store's XML answer and a Rust debug dump), the 
 the local file system. ``access_error`` recognises one in any of their exceptions (their
 causes and a Java exception's own causes included) and says it in one line: the store, the
 location and the cause, with what to fix. ``translated`` raises it as a
-``StorageAccessError`` where lakesink calls a client; ``check_reachable`` asks the store
-once, quickly, before a command starts Spark.
+``StorageAccessError`` where lakesink calls a client (``lakesink.storage.files.check_reachable``
+asks the store once, quickly, before a command starts Spark).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from lakesink.errors import ConfigurationError, LakesinkError, StorageAccessError
-from lakesink.storage.location import is_uri, scheme
+from lakesink.storage.location import scheme
 from lakesink.storage.options import S3_SCHEMES, StorageOptions
 
-__all__ = ["access_error", "check_reachable", "translated"]
+__all__ = ["access_error", "not_writable", "translated"]
 
 # How much of one exception's text is searched (a Java stack through Py4J runs to pages).
 _TEXT_LIMIT = 50_000
@@ -82,50 +81,10 @@ def translated(location: str) -> Iterator[None]:
         raise found from error
 
 
-def check_reachable(location: str, *, write: bool = False, create: bool = False) -> None:
-    """Ask the store of ``location`` once whether it answers, and lets this process in.
-
-    On an object store: one listing of the location, with one retry and short timeouts (a
-    client's own retries take minutes to give up on an endpoint that does not answer). On
-    local disk: every folder on the way must be one this user may enter; with ``write``,
-    the location must be writable if it exists, and with ``create`` the folder it would be
-    made in if it does not (a missing table is another error, said by whoever needs it).
-    Nothing is created.
-
-    Raises:
-        StorageAccessError: The store refused, or did not answer.
-    """
-    if is_uri(location):
-        from lakesink.storage.files import object_store
-
-        store, key = object_store(location, quick=True)
-        with translated(location):
-            store.list_with_delimiter(f"{key}/" if key else None)
-        return
-    path = Path(location)
-    try:
-        existing = next(p for p in (path, *path.parents) if _exists(p))
-        if existing == path and path.is_dir():
-            os.listdir(path)
-    except OSError as error:
-        found = access_error(error, location)
-        if found is None:
-            raise
-        raise found from error
-    checked = write if existing == path else create
-    if checked and not os.access(existing, os.W_OK | os.X_OK):
-        raise StorageAccessError(
-            _message(_Cause("local-denied", "not writable", str(existing)), location)
-        )
-
-
-def _exists(path: Path) -> bool:
-    """Whether ``path`` exists; a refusal to look (no permission, a file on the way) raises."""
-    try:
-        path.stat()
-    except FileNotFoundError:
-        return False
-    return True
+def not_writable(location: str, folder: str) -> StorageAccessError:
+    """The error for a local ``folder`` on the way to ``location`` that this user may not
+    write."""
+    return StorageAccessError(_message(_Cause("local-denied", "not writable", folder), location))
 
 
 # ------------------------------------------------------------------------- recognising

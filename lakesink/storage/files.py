@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from lakesink.errors import TableNotFoundError
-from lakesink.storage.access import translated
+from lakesink.storage.access import access_error, not_writable, translated
 from lakesink.storage.location import is_uri, join
 from lakesink.storage.options import StorageOptions
 
 __all__ = [
+    "check_reachable",
     "copy_file",
     "create_file",
     "folder_names",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-# A probe before Spark starts (``lakesink.storage.access.check_reachable``) gives up after
+# A probe before Spark starts (``check_reachable``) gives up after
 # one retry and a few seconds: a client's defaults (10 retries, 3 minutes) suit a writer
 # riding out a blip, not an operator's command against an endpoint that is wrong.
 _QUICK_RETRY = {"max_retries": 1, "retry_timeout": timedelta(seconds=5)}
@@ -82,6 +83,48 @@ def object_store(
 # holds at most the temporary file of a first commit cut short (a crash while the table
 # was being created): no table.
 _DELTA_LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint(\.\d+\.\d+)?\.parquet)$")
+
+
+def check_reachable(location: str, *, write: bool = False, create: bool = False) -> None:
+    """Ask the store of ``location`` once whether it answers, and lets this process in.
+
+    On an object store: one listing of the location, with one retry and short timeouts (a
+    client's own retries take minutes to give up on an endpoint that does not answer). On
+    local disk: every folder on the way must be one this user may enter; with ``write``,
+    the location must be writable if it exists, and with ``create`` the folder it would be
+    made in if it does not (a missing table is another error, said by whoever needs it).
+    Nothing is created.
+
+    Raises:
+        StorageAccessError: The store refused, or did not answer.
+    """
+    if is_uri(location):
+        store, key = object_store(location, quick=True)
+        with translated(location):
+            store.list_with_delimiter(f"{key}/" if key else None)
+        return
+    path = Path(location)
+    try:
+        existing = next(p for p in (path, *path.parents) if _exists(p))
+        if existing == path and path.is_dir():
+            os.listdir(path)
+    except OSError as error:
+        found = access_error(error, location)
+        if found is None:
+            raise
+        raise found from error
+    checked = write if existing == path else create
+    if checked and not os.access(existing, os.W_OK | os.X_OK):
+        raise not_writable(location, str(existing))
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a refusal to look (no permission, a file on the way) raises."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def has_files(location: str, *, but_uncommitted_log: bool = False) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from lakesink.cli.spark_output import jvm_output
-from lakesink.storage.access import check_reachable
+from lakesink.storage.files import check_reachable
 from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
