@@ -31,7 +31,7 @@ from benchmarks.harness import (
     timed,
 )
 from benchmarks.report import Column, Section
-from lakesink.core import CheckpointCoordinator, record_cut
+from lakesink.core import CheckpointCoordinator, GlobalCommitter
 from lakesink.delta.sink import DeltaSink
 from lakesink.readers.spark import committed
 from lakesink.tables.checkpoints import DeltaCheckpointStore
@@ -134,7 +134,7 @@ def _measure(
 
     def record() -> dict[str, float]:
         last = job.last.checkpoint_id if job.last else 0
-        return {"record": timed(lambda: record_cut("bench-cut", last, sinks.values()))}
+        return {"record": timed(lambda: GlobalCommitter(sinks, group_id="bench-cut").record(last))}
 
     timings = alternate(repetitions, one, two, record)
     job.close()

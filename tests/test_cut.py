@@ -238,7 +238,7 @@ def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_t
     checkpoint in both tables, then records the group's new cut; before it, readers see the
     group at the cut that left the checkpoint out."""
     from lakesink.core import TxnState
-    from lakesink.core.checkpointing import commit_all, pre_commit_all
+    from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 
     schema = "id BIGINT, item STRING"
     paths = {name: str(tmp_path / name) for name in ("orders", "totals")}
@@ -250,7 +250,7 @@ def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_t
         for sink in sinks.values():
             sink.write(spark.createDataFrame([(i, "x") for i in ids], schema))
         pre_commit_all(sinks, checkpoint)
-    commit_all(sinks, 1, group_id="held-group")
+    GlobalCommitter(sinks, group_id="held-group").commit(1)
     for sink in sinks.values():
         sink.withhold(2, TxnState.HELD, "waits for an operator")
         sink.close()

@@ -1,7 +1,6 @@
 """Committed rows without Spark: ``lakesink.readers.deltars.arrow`` over delta-rs, and the
 readers guide's DuckDB and polars examples run as written; the table format's filters of
-committed and pending rows select the same files in every engine's form; the readers' old
-import paths still work, with a DeprecationWarning.
+committed and pending rows select the same files in every engine's form.
 
 The table is written by a real sink: two committed checkpoints, one pre-committed but not
 committed, one aborted. How the tests know a masked file is not read: the Arrow dataset's
@@ -11,9 +10,6 @@ masked files too.
 
 from __future__ import annotations
 
-import importlib
-import re
-import warnings
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -24,8 +20,6 @@ from pyspark.sql import functions as F
 
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, FormatVersionError, TableNotFoundError
-from lakesink.readers import deltars as arrow_readers
-from lakesink.readers import spark as spark_readers
 from lakesink.readers.deltars import arrow, committed_dataset
 from lakesink.tables.format import (
     CHECKPOINT_ID,
@@ -149,83 +143,3 @@ def test_each_form_of_the_row_filters_selects_the_same_files(orders, spark):
         (pending_txn_rows(txns[0]), {f for f in pending if f"={txns[0]}/" in f}),
     ]:
         assert files_each_form_selects(spark, table, rows) == [expected] * 4, rows
-
-
-def test_an_old_reader_path_warns_and_gives_the_moved_name():
-    old_paths = [("lakesink.readers", arrow_readers), ("lakesink.delta.readers", spark_readers)]
-    for old, new in old_paths:
-        for name in new.__all__:
-            with pytest.warns(DeprecationWarning, match=rf"use {new.__name__}\.{name}$"):
-                found = getattr(importlib.import_module(old), name)
-            assert found is getattr(new, name)
-    with pytest.warns(DeprecationWarning, match=r"lakesink\.readers\.arrow is deprecated"):
-        from lakesink.readers import arrow as old_arrow  # as the README had it
-    assert old_arrow is arrow
-    with pytest.raises(ImportError, match="cannot import name 'nope'"):
-        from lakesink.delta.readers import nope  # noqa: F401
-    with warnings.catch_warnings():  # the new paths, and the top-level names, warn nothing
-        warnings.simplefilter("error")
-        from lakesink import arrow as top_arrow
-        from lakesink import committed
-
-        assert top_arrow is arrow and committed is spark_readers.committed
-
-
-def guide_example(engine: str) -> str:
-    """The readers guide's first Python example that imports ``engine`` (the engines
-    section further down shows each engine again, on a table path), after the one that
-    finds the published table it reads (``published``)."""
-    blocks = re.findall(r"```python\n(.*?)```", READERS_GUIDE.read_text(), re.S)
-    published = next(b for b in blocks if "published = " in b)
-    return published + next(b for b in blocks if f"import {engine}" in b)
-
-
-@pytest.mark.parametrize("engine", ["duckdb", "polars"])
-def test_the_guides_examples_read_the_committed_rows(engine, orders, capsys):
-    table, _ = orders
-    namespace = {"lakesink": __import__("lakesink")}
-    exec(guide_example(engine).replace('"lake/orders"', repr(str(table))), namespace)
-    where, printed = capsys.readouterr().out.strip().splitlines()
-    assert where == f"{table}/{VISIBLE}=true/{PENDING}=__HIVE_DEFAULT_PARTITION__"
-    if engine == "duckdb":
-        assert printed == "[(6, 21.0)]"  # orders 1-6 only, their amounts summed
-    else:
-        assert printed == "6 ['order_id', 'customer', 'amount']"  # orders 1-6, user columns
-
-
-def test_a_downstream_stream_skips_masked_rows_compaction_and_the_vacuum(spark, tmp_path, commit):
-    from lakesink.ops.vacuum import vacuum
-    from lakesink.readers.spark import committed_stream
-
-    table, silver = tmp_path / "orders", tmp_path / "silver"
-
-    def consume() -> list[int]:
-        query = (
-            committed_stream(spark, str(table))
-            .writeStream.format("delta")
-            .option("checkpointLocation", str(tmp_path / "silver-checkpoint"))
-            .trigger(availableNow=True)
-            .start(str(silver))
-        )
-        query.awaitTermination(300)
-        assert query.exception() is None
-        return sorted(r.order_id for r in spark.read.format("delta").load(str(silver)).collect())
-
-    sink = DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_stream", commit=commit)
-    for first in (1, 3):
-        sink.write(spark.createDataFrame([(first, "c", 1.0), (first + 1, "c", 1.0)], SCHEMA))
-        sink.notify_checkpoint_complete(sink.prepare_commit())
-    aborter = DeltaSink.open(spark, str(table), view_name="v_stream", writer_id="aborter")
-    aborter.write(spark.createDataFrame([(99, "x", 1.0)], SCHEMA))
-    aborter.close()
-    sink.write(spark.createDataFrame([(5, "c", 1.0)], SCHEMA))
-    pending = sink.prepare_commit()
-    assert consume() == [1, 2, 3, 4]
-
-    report = vacuum(spark, str(table), compact_min_files=2)  # DELETE, OPTIMIZE, VACUUM
-    assert report.rows_removed == 1 and report.compaction[0].files_removed >= 2
-    assert consume() == [1, 2, 3, 4]  # nothing again, nothing new
-
-    sink.notify_checkpoint_complete(pending)
-    assert consume() == [1, 2, 3, 4, 5]
-    sink.close()

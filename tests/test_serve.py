@@ -40,7 +40,7 @@ from serve_fixture import (
 from servers.cluster import free_port
 
 from lakesink.core import step_hook
-from lakesink.core.checkpointing import commit_all, pre_commit_all
+from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 from lakesink.delta.sink import DeltaSink
 from lakesink.readers.spark import cut_view_name
 from lakesink.storage.location import join
@@ -83,7 +83,7 @@ def test_sql_clients_see_only_committed_rows_and_one_cut_during_a_live_checkpoin
         sinks["totals"].write(spark.createDataFrame([(checkpoint, len(orders))], SCHEMAS["totals"]))
         pre_commit_all(sinks, checkpoint)
         if checkpoint == 1:
-            commit_all(sinks, 1, group_id="serve-group")
+            GlobalCommitter(sinks, group_id="serve-group").commit(1)
     # Checkpoint 2 is pre-committed in both tables: between pre-commit and commit.
     port, log = free_port(), tmp_path / "serve.log"
     users, password = tmp_path / "users", tmp_path / "password"
@@ -117,7 +117,7 @@ def test_sql_clients_see_only_committed_rows_and_one_cut_during_a_live_checkpoin
 
         def commit() -> None:
             try:
-                commit_all(sinks, 2, group_id="serve-group")
+                GlobalCommitter(sinks, group_id="serve-group").commit(2)
             except BaseException as exc:
                 failed.append(exc)
                 window.set()

@@ -1,6 +1,7 @@
 """The engine-free core: the two-phase-commit protocol, its recovery plan, the checkpoint
 coordinator and the source interface. Imports no pyspark: an engine implements these."""
 
+from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 from lakesink.core.coordinator import (
     CheckpointCoordinator,
     CheckpointRecord,
@@ -8,7 +9,7 @@ from lakesink.core.coordinator import (
     Lock,
     Pacing,
 )
-from lakesink.core.cut import Cut, CutMember, CutStore, CutTable, record_cut
+from lakesink.core.cut import Cut, CutMember, CutStore, CutTable
 from lakesink.core.hook import StepHook, current_step_hook, step_hook
 from lakesink.core.lock import ProcessLock
 from lakesink.core.protocol import Clock, SystemClock, TransactionTimeout, TwoPhaseCommitSink
@@ -32,6 +33,7 @@ __all__ = [
     "CutMember",
     "CutStore",
     "CutTable",
+    "GlobalCommitter",
     "Lock",
     "LoggedTransaction",
     "Pacing",
@@ -49,6 +51,6 @@ __all__ = [
     "TxnState",
     "current_step_hook",
     "plan",
-    "record_cut",
+    "pre_commit_all",
     "step_hook",
 ]

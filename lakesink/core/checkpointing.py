@@ -1,24 +1,26 @@
-"""The two steps of a checkpoint over several sinks, shared by every driver.
+"""The two steps of a checkpoint over several sinks, shared by every driver and operator.
 
 A checkpoint of a driver with several sinks is published in all of them or in none:
 ``pre_commit_all`` pre-commits every sink and, when one sink's validation held or aborted its
 transaction, holds or aborts the checkpoint in the others too (totals must not become
-visible without the orders they sum); ``commit_all`` commits every sink, attempting all before
-raising the first failure, and once all have published, records the group's cut
-(``lakesink.core.cut``): the global committer.
+visible without the orders they sum). The ``GlobalCommitter`` then publishes it (Flink
+sink2's global committer): it commits every sink, attempting all before raising the first
+failure, and once all have published, records the group's cut (``lakesink.core.cut``). It
+is the one path that records cuts: the checkpoint coordinator, the micro-batch driver and
+an operator's ``lakesink commit`` (``lakesink.ops.resolve``) all publish through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from lakesink.core.cut import Cut, record_cut
+from lakesink.core.cut import Cut, form_group, record_cut
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
 from lakesink.errors import CommitRoundError
 
-__all__ = ["commit_all", "pre_commit_all"]
+__all__ = ["GlobalCommitter", "pre_commit_all"]
 
 Sinks = Mapping[str, TwoPhaseCommitSink[Any, Any]]
 
@@ -43,28 +45,68 @@ def pre_commit_all(sinks: Sinks, checkpoint_id: int) -> dict[str, TxnState]:
     return dict.fromkeys(sinks, worst)
 
 
-def commit_all(sinks: Sinks, checkpoint_id: int, *, group_id: str | None = None) -> Cut | None:
-    """Commit in every sink all it has pending up to ``checkpoint_id``, then record the cut.
+class GlobalCommitter:
+    """Publishes a group's checkpoints across its sinks, then records the group's cut.
 
-    ``group_id`` names the group whose cut to record once every commit succeeded (None: no
-    cut); returns the cut recorded, if any.
-
-    Raises:
-        CommitRoundError: Some commits failed; every sink was attempted, and the failed
-            transactions stay pending for the next commit or the restart.
+    Args:
+        sinks: The sinks a checkpoint is published in, by key.
+        group_id: Names the group in its cuts; None for sinks read one by one (no cut).
     """
-    failures: list[tuple[int, BaseException]] = []
-    for sink in sinks.values():
-        if not [c for c in sink.pending_checkpoint_ids if c <= checkpoint_id]:
-            continue
-        try:
-            sink.notify_checkpoint_complete(checkpoint_id)
-        except CommitRoundError as exc:
-            failures.extend(exc.failures)
-    if failures:
-        raise CommitRoundError(
-            f"checkpoint {checkpoint_id} is complete but {len(failures)} commit(s) failed; "
-            "they stay pending and are retried at the next checkpoint or restart",
-            failures,
-        )
-    return record_cut(group_id, checkpoint_id, sinks.values()) if group_id else None
+
+    def __init__(self, sinks: Sinks, *, group_id: str | None) -> None:
+        self.sinks = sinks
+        self.group_id = group_id
+
+    def form_group(self) -> None:
+        """Make the group durable before any sink opens (``lakesink.core.cut.form_group``)."""
+        if self.group_id:
+            form_group(self.group_id, self.sinks.values())
+
+    def commit(self, checkpoint_id: int) -> Cut | None:
+        """Commit in every sink all it has pending up to ``checkpoint_id``, then record the
+        cut; return it (None: no group).
+
+        Raises:
+            CommitRoundError: Some commits failed; every sink was attempted, and the failed
+                transactions stay pending for the next commit or the restart.
+        """
+        failures: list[tuple[int, BaseException]] = []
+        for sink in self.sinks.values():
+            if not [c for c in sink.pending_checkpoint_ids if c <= checkpoint_id]:
+                continue
+            try:
+                sink.notify_checkpoint_complete(checkpoint_id)
+            except CommitRoundError as exc:
+                failures.extend(exc.failures)
+        if failures:
+            raise CommitRoundError(
+                f"checkpoint {checkpoint_id} is complete but {len(failures)} commit(s) failed; "
+                "they stay pending and are retried at the next checkpoint or restart",
+                failures,
+            )
+        return self.record(checkpoint_id)
+
+    def resolve(
+        self,
+        checkpoint_id: int,
+        *,
+        commit: bool,
+        reason: str,
+        through: int,
+        done: Callable[[str], None] = lambda key: None,
+    ) -> Cut | None:
+        """An operator's commit or abort of a checkpoint that its stopped sinks hold
+        (``TwoPhaseCommitSink.resolve``), in every sink (``done`` hears each key); a commit
+        then records the cut, named ``through``: the newest checkpoint the tables show, as
+        the operator's may be older than the group's last cut."""
+        for key, sink in self.sinks.items():
+            sink.resolve(checkpoint_id, commit=commit, reason=reason)
+            done(key)
+        return self.record(through) if commit else None
+
+    def record(self, checkpoint_id: int) -> Cut | None:
+        """Record the cut of the group as its sinks stand, every one having published
+        ``checkpoint_id`` (after a recovery: what the restart published)."""
+        if not self.group_id:
+            return None
+        return record_cut(self.group_id, checkpoint_id, self.sinks.values())

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
-from lakesink.core.checkpointing import commit_all, pre_commit_all
-from lakesink.core.cut import form_group, record_cut
+from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 from lakesink.core.hook import current_step_hook
 from lakesink.core.protocol import Clock, SystemClock, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
@@ -178,7 +177,8 @@ class CheckpointCoordinator(Generic[DataT]):
         # One live process per job: a second one would consume the same input twice.
         self._lock = store.job_lock(job_id)
         self._lock.acquire()
-        form_group(self.group_id, self.sinks.values())
+        self._committer = GlobalCommitter(self.sinks, group_id=self.group_id)
+        self._committer.form_group()
         try:
             self.last = store.latest(job_id)
             used = max(
@@ -190,7 +190,7 @@ class CheckpointCoordinator(Generic[DataT]):
                 sink.initialize_state(self._restored(key, sink), next_checkpoint_id=used + 1)
             self._step("after_recovery", self.last.checkpoint_id if self.last else 0)
             # Recovery published what the last checkpoint left unpublished: its cut now.
-            record_cut(self.group_id, self.last.checkpoint_id if self.last else 0, sinks.values())
+            self._committer.record(self.last.checkpoint_id if self.last else 0)
         except BaseException:
             self.close()
             raise
@@ -269,7 +269,7 @@ class CheckpointCoordinator(Generic[DataT]):
             "checkpoint %d of job %s complete (%d items)", checkpoint_id, self.job_id, len(items)
         )
         self._step("after_record", checkpoint_id)
-        commit_all(self.sinks, checkpoint_id, group_id=self.group_id)
+        self._committer.commit(checkpoint_id)
         return record
 
     def run(

@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from lakesink.core.checkpointing import commit_all, pre_commit_all
-from lakesink.core.cut import form_group, record_cut
+from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 from lakesink.core.hook import StepHook
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
@@ -82,7 +81,8 @@ class MicroBatchDriver(Generic[SinkT]):
         self._step_hook = step_hook
         self._lock = threading.RLock()
         last = recorded()
-        form_group(self.group_id, self.sinks.values())
+        self._committer = GlobalCommitter(self.sinks, group_id=self.group_id)
+        self._committer.form_group()
         try:
             for name, sink in self.sinks.items():
                 _check_not_behind(name, sink, last, where)
@@ -90,7 +90,7 @@ class MicroBatchDriver(Generic[SinkT]):
                 sink.initialize_from_log(last)
             self._step("after_recovery", last)
             # Recovery published what the engine recorded: its cut now.
-            record_cut(self.group_id, last, self.sinks.values())
+            self._committer.record(last)
         except BaseException:
             self.close(commit=False)
             raise
@@ -138,7 +138,7 @@ class MicroBatchDriver(Generic[SinkT]):
             for batch_id in pending:
                 self._step("after_record", batch_id)
             if pending:
-                commit_all(self.sinks, last, group_id=self.group_id)
+                self._committer.commit(last)
                 log.info("micro-batches %s recorded by the engine: committed", pending)
             self._committed_through = max(self._committed_through, last)
             return pending

@@ -6,7 +6,7 @@ a **committer** publishes a committable idempotently, and anyone may call it: th
 its checkpoint's completion, recovery, an operator's ``lakesink commit``, the vacuum
 publishing again what a commit left behind. The group's **global committer**, which
 publishes a checkpoint in every table of a group and then records the group's cut, is
-``lakesink.core.checkpointing.commit_all``.
+``lakesink.core.GlobalCommitter``.
 
 - ``MergeCommitter``: one MERGE that writes the transaction's rows into the committed
   partition, stamped with their checkpoint id, then one delta-rs commit that releases its

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import SparkSession
 
-from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
+from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState
+from lakesink.core.checkpointing import GlobalCommitter
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
@@ -245,20 +246,29 @@ def resolve_checkpoint(
         return list(plan.transactions)
     commit = action == "commit"
     done = (TxnState.COMMITTED if commit else TxnState.ABORTED).value
-    sinks = {}
-    for sink_id, writer_id in sorted({(t.sink_id, t.writer_id) for t in plan.transactions}):
-        mine = [t for t in plan.transactions if (t.sink_id, t.writer_id) == (sink_id, writer_id)]
-        table = plan.tables[sink_id]
-        options = SinkOptions(sink_id=sink_id, writer_id=writer_id, commit=mode)
-        sinks[sink_id] = DeltaSink(spark, table, options=options)
-        sinks[sink_id].resolve(checkpoint_id, commit=commit, reason=f"operator {action}")
+    writers = {f"{t.sink_id}/{t.writer_id}": (t.sink_id, t.writer_id) for t in plan.transactions}
+    sinks = {
+        key: DeltaSink(
+            spark,
+            plan.tables[sink_id],
+            options=SinkOptions(sink_id=sink_id, writer_id=writer_id, commit=mode),
+        )
+        for key, (sink_id, writer_id) in sorted(writers.items())
+    }
+
+    def settled(key: str) -> None:
+        sink_id, writer_id = writers[key]
+        mine = [t for t in plan.transactions if (t.sink_id, t.writer_id) == writers[key]]
         progress(
-            f"{done} checkpoint {checkpoint_id} of {table}: writer {writer_id}, "
+            f"{done} checkpoint {checkpoint_id} of {plan.tables[sink_id]}: writer {writer_id}, "
             f"{_rows(t.row_count for t in mine)} rows"
         )
-    if plan.cut is not None and commit:
-        last = max(plan.cut.checkpoint_id, checkpoint_id)
-        record_cut(plan.cut.group_id, last, sinks.values())
+
+    group = GlobalCommitter(sinks, group_id=plan.cut.group_id if plan.cut else None)
+    through = max(plan.cut.checkpoint_id, checkpoint_id) if plan.cut else checkpoint_id
+    if group.resolve(
+        checkpoint_id, commit=commit, reason=f"operator {action}", through=through, done=settled
+    ):
         progress(f"the group's tables are read at its new cut: {', '.join(sorted(plan.tables))}")
     return list(plan.transactions)
 

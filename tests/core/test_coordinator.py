@@ -297,22 +297,3 @@ def test_a_run_that_lost_its_lease_records_nothing_and_the_new_holder_replays_it
         assert job.visible(key) == Counter("a")
         assert job.logged_ids(key, TxnState.ABORTED) == [1]
         assert job.logged_ids(key, TxnState.COMMITTED) == [2]
-
-
-def test_the_old_name_of_trigger_checkpoint_warns_and_still_takes_the_checkpoint():
-    job = Job()
-    with job.start() as coordinator:
-        write_all(coordinator, ["a"])
-        with pytest.warns(DeprecationWarning, match="use CheckpointCoordinator.trigger_checkpoint"):
-            record = coordinator.checkpoint('"after a"', items=("a",))
-    assert record.checkpoint_id == 1 and record.items == ("a",)
-    assert job.visible("orders") == job.visible("totals") == Counter("a")
-
-
-def test_the_old_name_of_commit_round_error_warns_and_is_the_same_class():
-    import lakesink
-    from lakesink import errors
-
-    for module in (errors, lakesink):
-        with pytest.warns(DeprecationWarning, match="use CommitRoundError"):
-            assert module.CommitError is CommitRoundError

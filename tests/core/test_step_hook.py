@@ -19,10 +19,10 @@ def test_a_hook_reaches_the_objects_made_inside_its_block_only():
 
     with inside:
         inside.trigger_checkpoint(inside.position)
-    assert seen == [("after_pre_commit", 1), ("after_record", 1)]
+    assert seen == [("after_recovery", 0), ("after_pre_commit", 1), ("after_record", 1)]
     with outside:
         outside.trigger_checkpoint(outside.position)
-    assert len(seen) == 2  # made outside the block: no hook
+    assert len(seen) == 3  # made outside the block: no hook
 
 
 # What a job's hook was once named by, in $LAKESINK_STEP_HOOK.

@@ -268,7 +268,7 @@ def _held(spark, lake: str, mode: str) -> None:  # type: ignore[no-untyped-def]
     recorded, checkpoint 2 pre-committed and held for an operator in both (as the
     validation gate of one table holds a checkpoint in every table of its job)."""
     from lakesink.core import TxnState
-    from lakesink.core.checkpointing import commit_all, pre_commit_all
+    from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 
     sinks = {
         name: _sink(spark, _join(lake, name), mode or "merge") for name in ("orders", "totals")
@@ -277,7 +277,7 @@ def _held(spark, lake: str, mode: str) -> None:  # type: ignore[no-untyped-def]
         for sink in sinks.values():
             sink.write(_rows(spark, batch))
         pre_commit_all(sinks, checkpoint)
-    commit_all(sinks, 1, group_id="held-job")
+    GlobalCommitter(sinks, group_id="held-job").commit(1)
     for sink in sinks.values():
         sink.withhold(2, TxnState.HELD, "waits for an operator")
         sink.close()
