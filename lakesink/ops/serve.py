@@ -89,12 +89,7 @@ def serve(
             table of this version.
     """
     from lakesink.readers.spark import CommittedViews
-    from lakesink.spark.session import (
-        MASTER_ENV,
-        METASTORE_ENV,
-        METASTORE_URL_ENV,
-        spark_session,
-    )
+    from lakesink.spark.session import METASTORE_ENV, METASTORE_URL_ENV, spark_session
     from lakesink.tables.format import read_sink_table
 
     check_access(options.host, options.auth, options.tls)
@@ -108,20 +103,7 @@ def serve(
     server = None
     try:
         access, properties = thrift_settings(options.auth, keystore)
-        # Delta's classes where the Thrift server's Hive side finds them, on any master.
-        class_path = [str(jar) for jar in delta_jars()]
-        if not options.auth.no_auth:
-            class_path += map(str, authenticator_class_path())
-        conf = {
-            "spark.driver.extraClassPath": os.pathsep.join(class_path),
-            "spark.hadoop.hive.server2.thrift.bind.host": options.host,
-            "spark.hadoop.hive.server2.thrift.port": str(options.port),
-            "spark.ui.enabled": "false",
-            **access,
-        }
-        master = options.master or os.environ.get(MASTER_ENV) or "local[*]"
-        if master.startswith("local"):
-            conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = "127.0.0.1"
+        conf = _server_conf(options, access)
         # The Thrift server needs a Hive catalog: the shared one, else one of its own.
         if not os.environ.get(METASTORE_ENV) and not os.environ.get(METASTORE_URL_ENV):
             own_catalog = tempfile.TemporaryDirectory(prefix="lakesink-serve-")
@@ -160,6 +142,27 @@ def serve(
             spark.stop()
         if own_catalog is not None:
             own_catalog.cleanup()
+
+
+def _server_conf(options: ServeOptions, access: dict[str, str]) -> dict[str, str]:
+    """The Spark settings of the server's session: its address, its logins (``access``)."""
+    from lakesink.spark.session import MASTER_ENV
+
+    # Delta's classes where the Thrift server's Hive side finds them, on any master.
+    class_path = [str(jar) for jar in delta_jars()]
+    if not options.auth.no_auth:
+        class_path += map(str, authenticator_class_path())
+    conf = {
+        "spark.driver.extraClassPath": os.pathsep.join(class_path),
+        "spark.hadoop.hive.server2.thrift.bind.host": options.host,
+        "spark.hadoop.hive.server2.thrift.port": str(options.port),
+        "spark.ui.enabled": "false",
+        **access,
+    }
+    master = options.master or os.environ.get(MASTER_ENV) or "local[*]"
+    if master.startswith("local"):
+        conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = "127.0.0.1"
+    return conf
 
 
 def _logins(auth: ServeAuth) -> str:

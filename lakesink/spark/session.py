@@ -10,7 +10,6 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
 
 from pyspark.sql import SparkSession
 
@@ -98,70 +97,24 @@ def spark_session(
         ConfigurationError: ``existing`` has no Delta extension or catalog; or both
             ``metastore_dir`` and ``metastore_url`` are given.
     """
-    if metastore_dir and metastore_url:
-        raise ConfigurationError(
-            "give either metastore_dir (embedded Derby, one process) or metastore_url "
-            "(shared network server), not both"
-        )
+    metastore_dir, metastore_url = _metastore(metastore_dir, metastore_url)
     if existing is not None:
         _check_delta(existing)
         return existing
-    if not metastore_dir and not metastore_url:
-        metastore_dir = os.environ.get(METASTORE_ENV)
-        metastore_url = os.environ.get(METASTORE_URL_ENV)
-        if metastore_dir and metastore_url:
-            raise ConfigurationError(
-                f"both ${METASTORE_ENV} and ${METASTORE_URL_ENV} are set; unset one of them "
-                "(the first is an embedded one-process metastore, the second a shared server)"
-            )
     from delta import configure_spark_with_delta_pip
 
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.sql.extensions", DELTA_EXTENSION)
-        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    master = master or os.environ.get(MASTER_ENV)
     # spark-submit starts the JVM first and hands the master over; do not override it.
-    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        master = master or "local[*]"
-        builder = builder.master(master)
-        for key, value in _local_defaults(master).items():
-            builder = builder.config(key, value)
+    launching = "PYSPARK_GATEWAY_PORT" not in os.environ
+    master = master or os.environ.get(MASTER_ENV) or ("local[*]" if launching else None)
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
-    if ivy_dir:
-        builder = builder.config("spark.jars.ivy", ivy_dir)
-    if metastore_dir:
-        folder = Path(metastore_dir).resolve()
-        builder = (
-            builder.enableHiveSupport()
-            .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
-            .config(
-                "spark.hadoop.javax.jdo.option.ConnectionURL",
-                f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
-            )
-            .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={folder}")
-        )
-    conf = dict(conf or {})
-    packages = list(packages)
+    builder = _builder(app_name, master, ivy_dir, metastore_dir)
     # Under spark-submit the JVM runs already: its jars came with --packages and --jars
     # (lakesink jars --s3, --log-store). A local JVM, executors included, reads jars in
     # place from its class path; executors elsewhere fetch packages.
-    launching = "PYSPARK_GATEWAY_PORT" not in os.environ
-    local_jvm = launching and bool(_local_defaults(cast(str, master)))  # set when launching
-    storage = storage or _storage_from_env()
-    if storage is not None:
-        conf = {**storage.spark_conf(), **conf}
-        if local_jvm:
-            # As packages they would be copied into every session's temporary folder (640
-            # MB of AWS SDK).
-            _extend(conf, "spark.driver.extraClassPath", storage.spark_class_path(), os.pathsep)
-        elif launching:
-            packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
-        if launching:
-            _extend(conf, "spark.jars", storage.spark_jars(), ",")
-        log.info("object storage: %r", storage)  # its repr hides the secrets
+    local_jvm = launching and bool(_local_defaults(master or ""))
+    conf, packages = _with_storage(
+        dict(conf or {}), list(packages), storage, launching=launching, local_jvm=local_jvm
+    )
     delta_class_path = _delta_class_path(ivy_dir) if local_jvm else None
     if delta_class_path:
         _extend(conf, "spark.driver.extraClassPath", delta_class_path, os.pathsep)
@@ -181,6 +134,81 @@ def spark_session(
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session
+
+
+def _metastore(directory: str | None, url: str | None) -> tuple[str | None, str | None]:
+    """The metastore to use: the arguments', else the environment's; never both kinds."""
+    if directory and url:
+        raise ConfigurationError(
+            "give either metastore_dir (embedded Derby, one process) or metastore_url "
+            "(shared network server), not both"
+        )
+    if directory or url:
+        return directory, url
+    directory, url = os.environ.get(METASTORE_ENV), os.environ.get(METASTORE_URL_ENV)
+    if directory and url:
+        raise ConfigurationError(
+            f"both ${METASTORE_ENV} and ${METASTORE_URL_ENV} are set; unset one of them "
+            "(the first is an embedded one-process metastore, the second a shared server)"
+        )
+    return directory, url
+
+
+def _builder(
+    app_name: str, master: str | None, ivy_dir: str | None, metastore_dir: str | None
+) -> SparkSession.Builder:
+    """A builder with Delta's extension and catalog, the master (None: spark-submit's)
+    with its local defaults, the Ivy cache and an embedded metastore."""
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if master:
+        builder = builder.master(master)
+        for key, value in _local_defaults(master).items():
+            builder = builder.config(key, value)
+    if ivy_dir:
+        builder = builder.config("spark.jars.ivy", ivy_dir)
+    if metastore_dir:
+        folder = Path(metastore_dir).resolve()
+        builder = (
+            builder.enableHiveSupport()
+            .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
+            .config(
+                "spark.hadoop.javax.jdo.option.ConnectionURL",
+                f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+            )
+            .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={folder}")
+        )
+    return builder
+
+
+def _with_storage(
+    conf: dict[str, str],
+    packages: list[str],
+    storage: StorageOptions | None,
+    *,
+    launching: bool,
+    local_jvm: bool,
+) -> tuple[dict[str, str], list[str]]:
+    """The settings and packages with those of object storage (given, or from the
+    environment) added: a local JVM's jars on its class path, others' as packages."""
+    storage = storage or _storage_from_env()
+    if storage is None:
+        return conf, packages
+    conf = {**storage.spark_conf(), **conf}
+    if local_jvm:
+        # As packages they would be copied into every session's temporary folder (640 MB
+        # of AWS SDK).
+        _extend(conf, "spark.driver.extraClassPath", storage.spark_class_path(), os.pathsep)
+    elif launching:
+        packages = list(dict.fromkeys([*packages, *storage.spark_packages()]))
+    if launching:
+        _extend(conf, "spark.jars", storage.spark_jars(), ",")
+    log.info("object storage: %r", storage)  # its repr hides the secrets
+    return conf, packages
 
 
 def _launch_driver_jvm(
