@@ -45,7 +45,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import unquote
@@ -60,6 +60,7 @@ from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
 from lakesink.ops.compact import compact as run_compaction
 from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
+from lakesink.ops.vacuum_report import VacuumedTransaction, VacuumReport
 from lakesink.spark.settings import (
     CommitRetry,
     labelled,
@@ -92,8 +93,6 @@ from lakesink.tables.published import oldest_shown, publish
 
 __all__ = [
     "VacuumPlan",
-    "VacuumReport",
-    "VacuumedTransaction",
     "check_expiry",
     "execute_vacuum",
     "plan_vacuum",
@@ -117,17 +116,6 @@ _HOURS_PER_UNIT = {
     "microsecond": 1 / 3_600_000_000,
 }
 _DECIDED = frozenset(state for state in TxnState if state.decided)
-
-
-@dataclass(frozen=True, kw_only=True)
-class VacuumedTransaction:
-    """One transaction whose masked rows were (or, in a dry run, would be) removed."""
-
-    txn_id: str
-    checkpoint_id: int
-    writer_id: str
-    rows: int
-    expired: bool  # an open transaction past the expiry, aborted by this run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,63 +164,6 @@ class VacuumPlan:
     commit_mode: CommitMode = "merge"
     published: bool = True
     staging_logs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class VacuumReport:
-    """What one vacuum run removed (or, with ``dry_run``, would remove).
-
-    Attributes:
-        table_path: The table vacuumed.
-        sink_id: The sink whose journal decided what to remove.
-        dry_run: True if nothing was changed.
-        retain_hours: The Delta VACUUM retention used.
-        transactions: The transactions whose rows were removed, by checkpoint id.
-        rows_removed: Rows deleted (the DELETE's own count; a dry run counts them).
-        files_removed: Data files Delta VACUUM deleted from storage (all of the table's
-            files past the retention, not only this run's).
-        bytes_removed: Their total size.
-        files_kept: Files of the rows this run removed that stay on storage for time
-            travel until ``kept_until`` (the retention from now); a vacuum after that
-            deletes them. 0 with a zero retention: they went with this run.
-        kept_until: When the retention of those files ends (None when none are kept).
-        skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
-            them, or (expired ones) their writer still runs or pre-committed them after
-            the plan read the journal.
-        compaction: What compaction did to each table (a dry run: their file counts).
-        republished_txn_ids: Committed transactions whose masked leftovers this run made
-            visible (a dry run: would make).
-    """
-
-    table_path: str
-    sink_id: str
-    dry_run: bool
-    retain_hours: float
-    transactions: tuple[VacuumedTransaction, ...]
-    rows_removed: int
-    files_removed: int
-    bytes_removed: int
-    files_kept: int = 0
-    kept_until: datetime | None = None
-    skipped_txn_ids: tuple[str, ...] = ()
-    compaction: tuple[Compaction, ...] = ()
-    republished_txn_ids: tuple[str, ...] = ()
-
-    @property
-    def txn_ids(self) -> tuple[str, ...]:
-        """The ids of the vacuumed transactions."""
-        return tuple(t.txn_id for t in self.transactions)
-
-    @property
-    def expired_txn_ids(self) -> tuple[str, ...]:
-        """The ids of the open transactions this run expired."""
-        return tuple(t.txn_id for t in self.transactions if t.expired)
-
-    def as_dict(self) -> dict[str, object]:
-        """The report as plain JSON-ready data."""
-        data = asdict(self)
-        data["kept_until"] = self.kept_until.isoformat() if self.kept_until else None
-        return data
 
 
 def vacuum(

@@ -26,7 +26,7 @@ from lakesink.storage.files import require_delta_table
 
 if TYPE_CHECKING:
     from lakesink.ops.metrics import MetricsExport
-    from lakesink.ops.vacuum import VacuumReport
+    from lakesink.ops.vacuum_report import VacuumReport
 
 __all__ = ["add_parser"]
 
