@@ -40,11 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -54,6 +51,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.committer import Committable, committer
+from lakesink.delta.vacuum import local_listing, retention, run_vacuum
 from lakesink.delta.writer import remove_staging_log, staging_logs
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
@@ -66,7 +64,6 @@ from lakesink.spark.settings import (
     labelled,
     retry_on_conflict,
     session_commit_metadata,
-    session_conf,
 )
 from lakesink.spark.sql import delta_path
 from lakesink.storage.lease import writer_lock
@@ -75,7 +72,6 @@ from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import PartitionFiles, partition_files
 from lakesink.tables.format import (
     PENDING,
-    PUBLISHED_FOLDER,
     CommitMode,
     commit_metadata,
     pending_txn_rows,
@@ -101,20 +97,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
-RETENTION_WINDOW_CONF = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
-DEFAULT_RETENTION_HOURS = 168.0  # Delta's default for delta.deletedFileRetentionDuration
-_HOURS_PER_UNIT = {
-    "week": 168.0,
-    "day": 24.0,
-    "hour": 1.0,
-    "minute": 1 / 60,
-    "second": 1 / 3600,
-    "millisecond": 1 / 3_600_000,
-    "microsecond": 1 / 3_600_000_000,
-}
 _DECIDED = frozenset(state for state in TxnState if state.decided)
 
 
@@ -203,7 +185,7 @@ def vacuum(
     """
     started = time.monotonic()
     plan = plan_vacuum(spark, table_path, **options)
-    with labelled(spark, plan.sink_id, None, "vacuum"), _local_listing(spark):
+    with labelled(spark, plan.sink_id, None, "vacuum"), local_listing(spark):
         if not dry_run:
             report = execute_vacuum(spark, plan)
             if metrics is not None:
@@ -215,24 +197,15 @@ def vacuum(
         # With a zero retention, the files the DELETE would remove go in the same VACUUM;
         # the listing cannot know them without the delete, so the plan's are added.
         pending = plan.files if plan.retain_hours == 0 else frozenset()
-        files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
+        files, size = run_vacuum(
+            spark,
+            plan.table_path,
+            plan.retain_hours,
+            short=plan.short_retention,
+            dry_run=True,
+            pending=pending,
+        )
     return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
-
-
-@contextmanager
-def _local_listing(spark: SparkSession) -> Iterator[None]:
-    """One listing task per core for the block, on a local master whose session left the
-    listing parallelism unset (lakesink's ``spark_session`` sets it; ``spark-submit`` does
-    not)."""
-    context = spark.sparkContext
-    if not (context.master or "").startswith("local") or spark.conf.get(LISTING_PARALLELISM, None):
-        yield
-        return
-    spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
-    try:
-        yield
-    finally:
-        spark.conf.unset(LISTING_PARALLELISM)
 
 
 def check_expiry(expire_open_after: timedelta) -> None:
@@ -292,7 +265,7 @@ def plan_vacuum(
     sink_id = _matching(sink_id, table.sink_id, "sink id", path)
     given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
-    hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
+    hours, short = retention(table.properties, retain_hours, allow_short_retention, path)
     check_expiry(expire_open_after)
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
@@ -450,7 +423,9 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
     if plan.published:
         publish(plan.table_path)
-    files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
+    files, size = run_vacuum(
+        spark, plan.table_path, plan.retain_hours, short=plan.short_retention, dry_run=False
+    )
     return _report(
         dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),
         targets,
@@ -553,26 +528,6 @@ def _matching(given: str | None, recorded: str | None, what: str, path: str) -> 
     return recorded
 
 
-def _retention(
-    properties: Mapping[str, str], retain_hours: float | None, allow_short: bool, path: str
-) -> tuple[float, bool]:
-    """The VACUUM retention in hours, and whether it is below the table's own."""
-    configured = properties.get(RETENTION_PROPERTY)
-    table_hours = _interval_hours(configured) if configured else DEFAULT_RETENTION_HOURS
-    hours = table_hours if retain_hours is None else float(retain_hours)
-    if hours < 0:
-        raise ConfigurationError(f"retain_hours must not be negative, got {retain_hours}")
-    short = hours < table_hours
-    if short and not allow_short:
-        raise ConfigurationError(
-            f"retain_hours={retain_hours:g} is below the table's {RETENTION_PROPERTY} "
-            f"({table_hours:g} h) at {path}: a short retention can delete the files of a "
-            "write in flight or of a snapshot a reader still uses. Pass "
-            "allow_short_retention=True (--allow-short-retention) only when nothing writes"
-        )
-    return hours, short
-
-
 def _protected(path: str, sink_id: str, journal: str, hours: float, now: datetime) -> float:
     """The retention ``hours``, stretched so that VACUUM keeps every file a reader may read:
     each version of the published table younger than the retention shows a table version
@@ -599,17 +554,6 @@ def _protected(path: str, sink_id: str, journal: str, hours: float, now: datetim
         oldest,
     )
     return needed
-
-
-def _interval_hours(interval: str) -> float:
-    """``interval 1 week`` / ``168 hours`` / ``interval 1 day 12 hours`` -> hours."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+?)s?\b", interval.lower())
-    known = [(float(n), unit) for n, unit in parts if unit in _HOURS_PER_UNIT]
-    if not known:
-        raise ConfigurationError(
-            f"cannot read {RETENTION_PROPERTY}={interval!r}; pass retain_hours explicitly"
-        )
-    return sum(n * _HOURS_PER_UNIT[unit] for n, unit in known)
 
 
 def _predicate(targets: Sequence[TransactionStatus]) -> str:
@@ -659,85 +603,6 @@ def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefi
     return retry_on_conflict(run, retry=CommitRetry(), what=f"{prefix}: DELETE")
 
 
-def _vacuum_files(
-    spark: SparkSession, plan: VacuumPlan, *, dry_run: bool, pending: frozenset[str]
-) -> tuple[int, int]:
-    """Run VACUUM DRY RUN (and VACUUM unless ``dry_run``); return files and bytes."""
-    hours, short = plan.retain_hours, plan.short_retention
-    statement = f"VACUUM {delta_path(plan.table_path)} RETAIN {_number(hours)} HOURS"
-    # Delta 4.4 ignores RETAIN n for any n but 0 unless told not to, and uses the table's
-    # own retention: the plan's would be reported, another one applied.
-    settings = {RETENTION_WINDOW_CONF: "false"}
-    if short:  # only for these two commands, like the window setting
-        settings[RETENTION_CHECK_CONF] = "false"
-    with session_conf(spark, settings), _quiet_console(spark):
-        listed = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()}
-        files = {f for f in listed if not _published_folder(f)} | pending
-        size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
-        log.info(
-            "vacuum %s: VACUUM RETAIN %g HOURS: %d file(s), %d bytes%s",
-            plan.table_path,
-            hours,
-            len(files),
-            size,
-            "" if dry_run else ", deleting",
-        )
-        if not dry_run:
-            spark.sql(statement).collect()
-    return len(files), size
-
-
-def _published_folder(listed: str) -> bool:
-    """Whether VACUUM listed the published table's folder or its parent: until a commit puts
-    a data file in the committed partition, they hold only the published table's log, which
-    VACUUM does not see (a hidden folder), so it lists them as empty folders; its delete
-    (not recursive) fails on them and keeps the log. Not removed, so not counted."""
-    folder = listed.rstrip("/")
-    return folder.endswith((f"/{PUBLISHED_FOLDER}", f"/{PUBLISHED_FOLDER.split('/')[0]}"))
-
-
-@contextmanager
-def _quiet_console(spark: SparkSession) -> Iterator[None]:
-    """Nothing that Scala code prints to the console while the block runs reaches it.
-
-    Delta's VACUUM prints "Deleted N files and directories in a total of M directories."
-    (its own count, of folders too) on the driver's stdout: a Python caller's own output,
-    beside the report that says what was removed. Scala's console stream is per thread,
-    and the JVM thread that runs this Python thread's statements is always the same one.
-    Without a JVM in this process (Spark Connect), nothing is changed.
-    """
-    jvm: Any = getattr(spark, "_jvm", None)
-    try:
-        console = getattr(jvm.scala, "Console$").__getattr__("MODULE$")
-        shown = console.out()
-        nowhere = jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
-        console.setOutDirect(nowhere)
-    except Exception:  # no JVM here, or another Scala: the line stays
-        yield
-        return
-    try:
-        yield
-    finally:
-        console.setOutDirect(shown)
-
-
-def _file_size(spark: SparkSession, uri: str) -> int:
-    """Size of a file VACUUM lists (a decoded path, ``file:`` or another Hadoop scheme)."""
-    local = re.sub(r"^file:(//)?", "", uri)
-    if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", local):
-        try:
-            return os.stat(local).st_size
-        except FileNotFoundError:  # already gone (another vacuum): nothing to count
-            return 0
-    try:
-        hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(uri)  # type: ignore[union-attr]
-        conf = spark._jsc.hadoopConfiguration()
-        return int(hadoop_path.getFileSystem(conf).getFileStatus(hadoop_path).getLen())
-    except Exception as exc:  # a size is only reported, never worth failing the vacuum for
-        log.warning("cannot read the size of %s: %s", uri, exc)
-        return 0
-
-
 def _entry(
     status: TransactionStatus, plan: VacuumPlan, detail: str, row_count: int | None = None
 ) -> JournalEntry:
@@ -748,11 +613,6 @@ def _entry(
         detail=detail,
         row_count=row_count,
     )
-
-
-def _number(value: float) -> str:
-    # A plain decimal: Spark SQL's RETAIN takes no exponent notation such as 1e-05.
-    return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def _age(age: timedelta) -> str:
