@@ -3,15 +3,15 @@
 Plan, then execute (a dry run is the plan alone, reported the same way):
 
 1. Plan. Read the journal. Candidates are the sink's aborted transactions and its *open*
-   ones older than ``expire_open_after`` whose writer is gone (open means never
-   pre-committed, and only its live writer could still pre-commit it: a restarted writer
-   aborts its own leftovers). Keep out every one already vacuumed and every one the
-   journal shows a commit decided for (``committing``/``committed``: something is
-   inconsistent, leave it to a human). An aborted transaction that had been pre-committed
-   (recovery aborts those whose checkpoint never completed) is removed. Count the masked
-   rows of the rest and the files holding them, from the table's log. Find the committed
-   transactions whose pending partition still holds files (a MERGE whose release did not
-   follow, or a rewrite that landed after their metadata commit, ``lakesink.delta.publish``).
+   ones older than ``expire_open_after`` whose writer is gone (``lakesink.ops.expiry``:
+   open means never pre-committed, and only its live writer could still pre-commit it).
+   Keep out every one already vacuumed and every one the journal shows a commit decided
+   for (``committing``/``committed``: something is inconsistent, leave it to a human). An
+   aborted transaction that had been pre-committed (recovery aborts those whose checkpoint
+   never completed) is removed. Count the masked rows of the rest and the files holding
+   them, from the table's log. Find the committed transactions whose pending partition
+   still holds files (a MERGE whose release did not follow, or a rewrite that landed after
+   their metadata commit, ``lakesink.delta.publish``).
 2. Execute: journal the expired ones aborted, then read the journal again and keep out
    every expired one that was pre-committed in the meantime (its writer lives on, recovery
    may commit it; invariant 3).
@@ -26,11 +26,11 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    staging tables that appends cut short left in finished transactions' pending folders
    are removed (``lakesink.delta.writer``).
 5. The published table is brought up to date (``lakesink.tables.published``).
-6. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
-   and the compaction left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM
-   runs for real. The retention is stretched, when needed, so that no file is deleted
-   that a reader may still read: one of a version of the published table younger than the
-   retention, or of the table's version in its group's newest cut.
+6. Delta VACUUM (``lakesink.delta.vacuum``) with a safe retention removes the files those
+   deletes (and earlier ones) and the compaction left behind: ``VACUUM ... DRY RUN`` lists
+   and sizes them, then VACUUM runs for real. The retention is stretched, when needed, so
+   that no file is deleted that a reader may still read: one of a version of the published
+   table younger than the retention, or of the table's version in its group's newest cut.
 
 Each step is logged at INFO. Nothing in here ever touches a visible row: the DELETE itself
 says ``AND NOT _lakesink_visible``, whatever the journal said.
@@ -44,7 +44,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
@@ -57,6 +57,7 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
 from lakesink.ops.compact import compact as run_compaction
+from lakesink.ops.expiry import age_text, check_expiry, expired_open, journal_expired
 from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
 from lakesink.ops.vacuum_report import VacuumedTransaction, VacuumReport
 from lakesink.spark.settings import (
@@ -66,7 +67,6 @@ from lakesink.spark.settings import (
     session_commit_metadata,
 )
 from lakesink.spark.sql import delta_path
-from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import PartitionFiles, partition_files
@@ -81,7 +81,6 @@ from lakesink.tables.history import commit_time
 from lakesink.tables.journal import (
     VACUUMED_PREFIX,
     Journal,
-    JournalEntry,
     TransactionStatus,
     transaction_fields,
 )
@@ -89,7 +88,6 @@ from lakesink.tables.published import oldest_shown, publish
 
 __all__ = [
     "VacuumPlan",
-    "check_expiry",
     "execute_vacuum",
     "plan_vacuum",
     "vacuum",
@@ -208,19 +206,6 @@ def vacuum(
     return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
 
 
-def check_expiry(expire_open_after: timedelta) -> None:
-    """Refuse an expiry that is not positive (``plan_vacuum`` and the command check it).
-
-    Raises:
-        ConfigurationError: ``expire_open_after`` is zero or negative.
-    """
-    if expire_open_after <= timedelta(0):
-        raise ConfigurationError(
-            f"the expiry of open transactions must be positive, got {expire_open_after}; "
-            "an open transaction younger than that may still be written to"
-        )
-
-
 def plan_vacuum(
     spark: SparkSession,
     table_path: str,
@@ -270,55 +255,11 @@ def plan_vacuum(
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     hours = _protected(path, table.sink_id, table.journal_path, hours, now)
-    prefix = f"vacuum {path}"
-
     statuses = journal.transactions(sink_id, table_path=path)
-    aborted = [s for s in statuses if s.state is TxnState.ABORTED]
-    expired: list[TransactionStatus]
-    live: list[TransactionStatus]
-    expired, live = [], []
-    for s in statuses:
-        if s.state is TxnState.OPEN and now - s.opened_at > expire_open_after:
-            # A live writer may still pre-commit its open transaction, however old; only
-            # a writer that is gone (its lock released or stale) has abandoned it.
-            held = writer_lock(path, sink_id, s.writer_id).is_held()
-            (live if held else expired).append(s)
-    for s in live:
-        log.warning(
-            "%s: open transaction %s (checkpoint %d) is %s old, but writer %r is still "
-            "running; it is not expired",
-            prefix,
-            s.txn_id,
-            s.checkpoint_id,
-            _age(now - s.opened_at),
-            s.writer_id,
-        )
-    log.info(
-        "%s: sink %r has %d aborted and %d open transaction(s) older than %s",
-        prefix,
-        sink_id,
-        len(aborted),
-        len(expired),
-        _age(expire_open_after),
+    expired, targets, skipped, already = _candidates(
+        statuses, path, sink_id, now, expire_open_after
     )
-    targets, skipped, already = _sorted_out(
-        [*aborted, *expired], {s.txn_id for s in expired}, prefix
-    )
-    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
-    committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
-    finished = {s.txn_id for s in statuses if s.state.final}
-    # One read of the log for both: the targets' masked files, and committed leftovers.
-    wanted = [*(s.txn_id for s in targets), *committed]
-    found = partition_files(path, PENDING, wanted) if wanted else {}
-    counts, files = _scan(spark, path, targets, found) if targets else ({}, set())
-    left = sorted(txn_id for txn_id in committed if txn_id in found)
-    if left:
-        log.warning(
-            "%s: %d committed transaction(s) still have masked files (their commit's release "
-            "did not follow, or a rewrite landed after it); committing them again",
-            prefix,
-            len(left),
-        )
+    masked = _masked(spark, path, statuses, targets)
     return VacuumPlan(
         table_path=path,
         sink_id=sink_id,
@@ -328,30 +269,16 @@ def plan_vacuum(
         now=now,
         expired=tuple(expired),
         targets=tuple(targets),
-        rows=counts,
-        files=frozenset(files),
-        skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
+        rows=masked.rows,
+        files=frozenset(masked.files),
+        skipped_txn_ids=tuple(skipped),
         already_vacuumed=already,
-        unpublished=tuple(committed[txn_id] for txn_id in left),
+        unpublished=masked.unpublished,
         commit_mode=table.commit_mode,
         published=table.published,
-        # An open or pre-committed one may be appending still.
-        staging_logs=tuple(t for t in staging_logs(path) if t in finished),
+        staging_logs=_staging_logs(path, statuses),
         compaction=(
-            tuple(
-                plan_compaction(
-                    path,
-                    journal.path,
-                    min_files=compact_min_files,
-                    # What the run itself adds before it compacts: the files of the
-                    # leftovers it publishes again, and a journal commit for its expiries
-                    # and one for its removals.
-                    added={
-                        "committed rows": sum(len(found[t].files) for t in left),
-                        "journal": int(bool(expired)) + int(bool(targets)),
-                    },
-                )
-            )
+            _compaction(path, journal.path, compact_min_files, masked, expired, targets)
             if compact
             else ()
         ),
@@ -364,17 +291,8 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     prefix = f"vacuum {plan.table_path}"
     targets, skipped = list(plan.targets), list(plan.skipped_txn_ids)
     if plan.expired:
-        log.info("%s: marking %d expired open transaction(s) aborted", prefix, len(plan.expired))
-        journal.record(
-            *(
-                _entry(
-                    s,
-                    plan,
-                    f"expired by vacuum after {_age(plan.now - s.opened_at)}",
-                    row_count=plan.rows.get(s.txn_id),
-                )
-                for s in plan.expired
-            )
+        journal_expired(
+            journal, plan.expired, table_path=plan.table_path, now=plan.now, rows=plan.rows
         )
         # Read after the expiry events, so a writer that pre-committed an "expired"
         # transaction in the meantime is seen here and its rows kept.
@@ -389,33 +307,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         again.commit(
             Committable(**transaction_fields(s), table=plan.table_path, sink_id=plan.sink_id)
         )
-    rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
-    if targets:
-        log.info(
-            "%s: deleting %d masked row(s) of %d transaction(s) in checkpoint(s) %s",
-            prefix,
-            rows,
-            len(targets),
-            ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
-        )
-        metadata = commit_metadata(
-            "vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets)
-        )
-        deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
-        if deleted != rows:  # someone else removed or added some in between
-            log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
-        rows = deleted
-        journal.record(
-            *(
-                _entry(
-                    s,
-                    plan,
-                    f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed",
-                    row_count=plan.rows.get(s.txn_id, 0),
-                )
-                for s in targets
-            )
-        )
+    rows = _remove_rows(spark, journal, plan, targets) if targets else 0
     for txn_id in plan.staging_logs:
         remove_staging_log(plan.table_path, txn_id)
     if plan.staging_logs:
@@ -437,6 +329,135 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
 
 
 # ------------------------------------------------------------------ internals
+
+
+def _candidates(
+    statuses: Sequence[TransactionStatus],
+    path: str,
+    sink_id: str,
+    now: datetime,
+    expire_open_after: timedelta,
+) -> tuple[list[TransactionStatus], list[TransactionStatus], list[str], int]:
+    """The expired open transactions, the transactions whose rows go, the ids left alone
+    (expired ones whose writer runs among them), and how many were vacuumed before."""
+    prefix = f"vacuum {path}"
+    aborted = [s for s in statuses if s.state is TxnState.ABORTED]
+    expired, live = expired_open(
+        statuses, table_path=path, sink_id=sink_id, now=now, expire_open_after=expire_open_after
+    )
+    log.info(
+        "%s: sink %r has %d aborted and %d open transaction(s) older than %s",
+        prefix,
+        sink_id,
+        len(aborted),
+        len(expired),
+        age_text(expire_open_after),
+    )
+    targets, skipped, already = _sorted_out(
+        [*aborted, *expired], {s.txn_id for s in expired}, prefix
+    )
+    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
+    return expired, targets, [*(s.txn_id for s in live), *skipped], already
+
+
+class _Masked(NamedTuple):
+    """What the table's log holds of the plan's transactions' pending partitions."""
+
+    rows: dict[str, int]  # masked rows per target transaction id
+    files: set[str]  # the data files holding them (decoded paths)
+    unpublished: tuple[TransactionStatus, ...]  # committed ones with files left there
+    unpublished_files: int  # how many files those hold
+
+
+def _masked(
+    spark: SparkSession,
+    path: str,
+    statuses: Sequence[TransactionStatus],
+    targets: Sequence[TransactionStatus],
+) -> _Masked:
+    """The targets' masked rows and files, and the committed leftovers, from one read of the
+    table's log."""
+    committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
+    wanted = [*(s.txn_id for s in targets), *committed]
+    found = partition_files(path, PENDING, wanted) if wanted else {}
+    counts, files = _scan(spark, path, targets, found) if targets else ({}, set())
+    left = sorted(txn_id for txn_id in committed if txn_id in found)
+    if left:
+        log.warning(
+            "vacuum %s: %d committed transaction(s) still have masked files (their commit's "
+            "release did not follow, or a rewrite landed after it); committing them again",
+            path,
+            len(left),
+        )
+    return _Masked(
+        rows=counts,
+        files=files,
+        unpublished=tuple(committed[txn_id] for txn_id in left),
+        unpublished_files=sum(len(found[t].files) for t in left),
+    )
+
+
+def _staging_logs(path: str, statuses: Sequence[TransactionStatus]) -> tuple[str, ...]:
+    """The finished transactions whose pending folder still holds a staging table's log."""
+    # An open or pre-committed one may be appending still.
+    finished = {s.txn_id for s in statuses if s.state.final}
+    return tuple(t for t in staging_logs(path) if t in finished)
+
+
+def _compaction(
+    path: str,
+    journal_path: str,
+    min_files: int,
+    masked: _Masked,
+    expired: Sequence[TransactionStatus],
+    targets: Sequence[TransactionStatus],
+) -> tuple[Compaction, ...]:
+    return tuple(
+        plan_compaction(
+            path,
+            journal_path,
+            min_files=min_files,
+            # What the run itself adds before it compacts: the files of the leftovers it
+            # publishes again, and a journal commit for its expiries and one for its
+            # removals.
+            added={
+                "committed rows": masked.unpublished_files,
+                "journal": int(bool(expired)) + int(bool(targets)),
+            },
+        )
+    )
+
+
+def _remove_rows(
+    spark: SparkSession, journal: Journal, plan: VacuumPlan, targets: Sequence[TransactionStatus]
+) -> int:
+    """Delete the targets' masked rows, journal each target vacuumed; return the rows deleted."""
+    prefix = f"vacuum {plan.table_path}"
+    rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
+    log.info(
+        "%s: deleting %d masked row(s) of %d transaction(s) in checkpoint(s) %s",
+        prefix,
+        rows,
+        len(targets),
+        ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
+    )
+    metadata = commit_metadata("vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets))
+    deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
+    if deleted != rows:  # someone else removed or added some in between
+        log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
+    journal.record(
+        *(
+            s.event(
+                table_path=plan.table_path,
+                state=TxnState.ABORTED,
+                event_time=plan.now,
+                detail=f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed",
+                row_count=plan.rows.get(s.txn_id, 0),
+            )
+            for s in targets
+        )
+    )
+    return deleted
 
 
 def _sorted_out(
@@ -601,19 +622,3 @@ def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefi
         return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
 
     return retry_on_conflict(run, retry=CommitRetry(), what=f"{prefix}: DELETE")
-
-
-def _entry(
-    status: TransactionStatus, plan: VacuumPlan, detail: str, row_count: int | None = None
-) -> JournalEntry:
-    return status.event(
-        table_path=plan.table_path,
-        state=TxnState.ABORTED,
-        event_time=plan.now,
-        detail=detail,
-        row_count=row_count,
-    )
-
-
-def _age(age: timedelta) -> str:
-    return f"{age.total_seconds() / 3600:.1f} h"
