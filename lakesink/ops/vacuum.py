@@ -412,6 +412,7 @@ def _compaction(
     expired: Sequence[TransactionStatus],
     targets: Sequence[TransactionStatus],
 ) -> tuple[Compaction, ...]:
+    """What the run is to compact (``lakesink.ops.compact``)."""
     return tuple(
         plan_compaction(
             path,
