@@ -44,7 +44,8 @@ from benchmarks.harness import (
 )
 from benchmarks.report import Column, Section
 from lakesink.delta.sink import DeltaSink
-from lakesink.ops.vacuum import VacuumReport, vacuum
+from lakesink.ops.vacuum import vacuum
+from lakesink.ops.vacuum_report import VacuumReport
 from lakesink.readers.spark import committed
 
 __all__ = ["HistoryPoint", "commit_history_section", "measure", "vacuum_section"]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from lakesink.core.validation import ValidationReport
     from lakesink.ops.audit import AuditReport
     from lakesink.ops.status import SinkStatus
-    from lakesink.ops.vacuum import VacuumReport
+    from lakesink.ops.vacuum_report import VacuumReport
     from lakesink.spark.validation import ValidationGate
     from lakesink.tables.format import CommitMode
 

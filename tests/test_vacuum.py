@@ -18,9 +18,10 @@ from test_metrics import samples
 from lakesink import Table, committed
 from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
+from lakesink.delta.vacuum import RETENTION_CHECK_CONF
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.ops.compact import MAX_FILE_BYTES, MIN_FILE_BYTES, file_target
-from lakesink.ops.vacuum import RETENTION_CHECK_CONF, vacuum
+from lakesink.ops.vacuum import vacuum
 from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE
 from lakesink.tables.history import read_history
 from lakesink.tables.journal import Journal, JournalEntry, default_journal_path

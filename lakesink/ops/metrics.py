@@ -47,7 +47,7 @@ from lakesink.ops.status import SinkStatus, sink_status
 from lakesink.storage.location import normalize
 
 if TYPE_CHECKING:
-    from lakesink.ops.vacuum import VacuumReport
+    from lakesink.ops.vacuum_report import VacuumReport
     from lakesink.tables.journal import TransactionStatus
 
 __all__ = [

@@ -3,15 +3,15 @@
 Plan, then execute (a dry run is the plan alone, reported the same way):
 
 1. Plan. Read the journal. Candidates are the sink's aborted transactions and its *open*
-   ones older than ``expire_open_after`` whose writer is gone (open means never
-   pre-committed, and only its live writer could still pre-commit it: a restarted writer
-   aborts its own leftovers). Keep out every one already vacuumed and every one the
-   journal shows a commit decided for (``committing``/``committed``: something is
-   inconsistent, leave it to a human). An aborted transaction that had been pre-committed
-   (recovery aborts those whose checkpoint never completed) is removed. Count the masked
-   rows of the rest and the files holding them, from the table's log. Find the committed
-   transactions whose pending partition still holds files (a MERGE whose release did not
-   follow, or a rewrite that landed after their metadata commit, ``lakesink.delta.publish``).
+   ones older than ``expire_open_after`` whose writer is gone (``lakesink.ops.expiry``:
+   open means never pre-committed, and only its live writer could still pre-commit it).
+   Keep out every one already vacuumed and every one the journal shows a commit decided
+   for (``committing``/``committed``: something is inconsistent, leave it to a human). An
+   aborted transaction that had been pre-committed (recovery aborts those whose checkpoint
+   never completed) is removed. Count the masked rows of the rest and the files holding
+   them, from the table's log. Find the committed transactions whose pending partition
+   still holds files (a MERGE whose release did not follow, or a rewrite that landed after
+   their metadata commit, ``lakesink.delta.publish``).
 2. Execute: journal the expired ones aborted, then read the journal again and keep out
    every expired one that was pre-committed in the meantime (its writer lives on, recovery
    may commit it; invariant 3).
@@ -26,11 +26,11 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    staging tables that appends cut short left in finished transactions' pending folders
    are removed (``lakesink.delta.writer``).
 5. The published table is brought up to date (``lakesink.tables.published``).
-6. Delta VACUUM with a safe retention removes the files those deletes (and earlier ones)
-   and the compaction left behind: ``VACUUM ... DRY RUN`` lists and sizes them, then VACUUM
-   runs for real. The retention is stretched, when needed, so that no file is deleted
-   that a reader may still read: one of a version of the published table younger than the
-   retention, or of the table's version in its group's newest cut.
+6. Delta VACUUM (``lakesink.delta.vacuum``) with a safe retention removes the files those
+   deletes (and earlier ones) and the compaction left behind: ``VACUUM ... DRY RUN`` lists
+   and sizes them, then VACUUM runs for real. The retention is stretched, when needed, so
+   that no file is deleted that a reader may still read: one of a version of the published
+   table younger than the retention, or of the table's version in its group's newest cut.
 
 Each step is logged at INFO. Nothing in here ever touches a visible row: the DELETE itself
 says ``AND NOT _lakesink_visible``, whatever the journal said.
@@ -40,41 +40,38 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.committer import Committable, committer
+from lakesink.delta.vacuum import local_listing, retention, run_vacuum
 from lakesink.delta.writer import remove_staging_log, staging_logs
 from lakesink.errors import ConfigurationError
 from lakesink.ops.compact import MIN_FILES as COMPACT_MIN_FILES
 from lakesink.ops.compact import Compaction, plan_compaction
 from lakesink.ops.compact import compact as run_compaction
+from lakesink.ops.expiry import age_text, check_expiry, expired_open, journal_expired
 from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
+from lakesink.ops.vacuum_report import VacuumedTransaction, VacuumReport
 from lakesink.spark.settings import (
     CommitRetry,
     labelled,
     retry_on_conflict,
     session_commit_metadata,
-    session_conf,
 )
 from lakesink.spark.sql import delta_path
-from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import PartitionFiles, partition_files
 from lakesink.tables.format import (
     PENDING,
-    PUBLISHED_FOLDER,
     CommitMode,
     commit_metadata,
     pending_txn_rows,
@@ -84,7 +81,6 @@ from lakesink.tables.history import commit_time
 from lakesink.tables.journal import (
     VACUUMED_PREFIX,
     Journal,
-    JournalEntry,
     TransactionStatus,
     transaction_fields,
 )
@@ -92,9 +88,6 @@ from lakesink.tables.published import oldest_shown, publish
 
 __all__ = [
     "VacuumPlan",
-    "VacuumReport",
-    "VacuumedTransaction",
-    "check_expiry",
     "execute_vacuum",
     "plan_vacuum",
     "vacuum",
@@ -102,32 +95,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
-RETENTION_WINDOW_CONF = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
-DEFAULT_RETENTION_HOURS = 168.0  # Delta's default for delta.deletedFileRetentionDuration
-_HOURS_PER_UNIT = {
-    "week": 168.0,
-    "day": 24.0,
-    "hour": 1.0,
-    "minute": 1 / 60,
-    "second": 1 / 3600,
-    "millisecond": 1 / 3_600_000,
-    "microsecond": 1 / 3_600_000_000,
-}
 _DECIDED = frozenset(state for state in TxnState if state.decided)
-
-
-@dataclass(frozen=True, kw_only=True)
-class VacuumedTransaction:
-    """One transaction whose masked rows were (or, in a dry run, would be) removed."""
-
-    txn_id: str
-    checkpoint_id: int
-    writer_id: str
-    rows: int
-    expired: bool  # an open transaction past the expiry, aborted by this run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,63 +146,6 @@ class VacuumPlan:
     staging_logs: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class VacuumReport:
-    """What one vacuum run removed (or, with ``dry_run``, would remove).
-
-    Attributes:
-        table_path: The table vacuumed.
-        sink_id: The sink whose journal decided what to remove.
-        dry_run: True if nothing was changed.
-        retain_hours: The Delta VACUUM retention used.
-        transactions: The transactions whose rows were removed, by checkpoint id.
-        rows_removed: Rows deleted (the DELETE's own count; a dry run counts them).
-        files_removed: Data files Delta VACUUM deleted from storage (all of the table's
-            files past the retention, not only this run's).
-        bytes_removed: Their total size.
-        files_kept: Files of the rows this run removed that stay on storage for time
-            travel until ``kept_until`` (the retention from now); a vacuum after that
-            deletes them. 0 with a zero retention: they went with this run.
-        kept_until: When the retention of those files ends (None when none are kept).
-        skipped_txn_ids: Candidates left alone: the journal shows a commit decided for
-            them, or (expired ones) their writer still runs or pre-committed them after
-            the plan read the journal.
-        compaction: What compaction did to each table (a dry run: their file counts).
-        republished_txn_ids: Committed transactions whose masked leftovers this run made
-            visible (a dry run: would make).
-    """
-
-    table_path: str
-    sink_id: str
-    dry_run: bool
-    retain_hours: float
-    transactions: tuple[VacuumedTransaction, ...]
-    rows_removed: int
-    files_removed: int
-    bytes_removed: int
-    files_kept: int = 0
-    kept_until: datetime | None = None
-    skipped_txn_ids: tuple[str, ...] = ()
-    compaction: tuple[Compaction, ...] = ()
-    republished_txn_ids: tuple[str, ...] = ()
-
-    @property
-    def txn_ids(self) -> tuple[str, ...]:
-        """The ids of the vacuumed transactions."""
-        return tuple(t.txn_id for t in self.transactions)
-
-    @property
-    def expired_txn_ids(self) -> tuple[str, ...]:
-        """The ids of the open transactions this run expired."""
-        return tuple(t.txn_id for t in self.transactions if t.expired)
-
-    def as_dict(self) -> dict[str, object]:
-        """The report as plain JSON-ready data."""
-        data = asdict(self)
-        data["kept_until"] = self.kept_until.isoformat() if self.kept_until else None
-        return data
-
-
 def vacuum(
     spark: SparkSession,
     table_path: str,
@@ -272,7 +183,7 @@ def vacuum(
     """
     started = time.monotonic()
     plan = plan_vacuum(spark, table_path, **options)
-    with labelled(spark, plan.sink_id, None, "vacuum"), _local_listing(spark):
+    with labelled(spark, plan.sink_id, None, "vacuum"), local_listing(spark):
         if not dry_run:
             report = execute_vacuum(spark, plan)
             if metrics is not None:
@@ -284,37 +195,15 @@ def vacuum(
         # With a zero retention, the files the DELETE would remove go in the same VACUUM;
         # the listing cannot know them without the delete, so the plan's are added.
         pending = plan.files if plan.retain_hours == 0 else frozenset()
-        files, size = _vacuum_files(spark, plan, dry_run=True, pending=pending)
-    return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
-
-
-@contextmanager
-def _local_listing(spark: SparkSession) -> Iterator[None]:
-    """One listing task per core for the block, on a local master whose session left the
-    listing parallelism unset (lakesink's ``spark_session`` sets it; ``spark-submit`` does
-    not)."""
-    context = spark.sparkContext
-    if not (context.master or "").startswith("local") or spark.conf.get(LISTING_PARALLELISM, None):
-        yield
-        return
-    spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
-    try:
-        yield
-    finally:
-        spark.conf.unset(LISTING_PARALLELISM)
-
-
-def check_expiry(expire_open_after: timedelta) -> None:
-    """Refuse an expiry that is not positive (``plan_vacuum`` and the command check it).
-
-    Raises:
-        ConfigurationError: ``expire_open_after`` is zero or negative.
-    """
-    if expire_open_after <= timedelta(0):
-        raise ConfigurationError(
-            f"the expiry of open transactions must be positive, got {expire_open_after}; "
-            "an open transaction younger than that may still be written to"
+        files, size = run_vacuum(
+            spark,
+            plan.table_path,
+            plan.retain_hours,
+            short=plan.short_retention,
+            dry_run=True,
+            pending=pending,
         )
+    return _report(plan, plan.targets, sum(plan.rows.values()), files, size, dry_run=True)
 
 
 def plan_vacuum(
@@ -361,60 +250,16 @@ def plan_vacuum(
     sink_id = _matching(sink_id, table.sink_id, "sink id", path)
     given_journal = normalize(journal_path) if journal_path else None
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
-    hours, short = _retention(table.properties, retain_hours, allow_short_retention, path)
+    hours, short = retention(table.properties, retain_hours, allow_short_retention, path)
     check_expiry(expire_open_after)
     journal = Journal(spark, journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     hours = _protected(path, table.sink_id, table.journal_path, hours, now)
-    prefix = f"vacuum {path}"
-
     statuses = journal.transactions(sink_id, table_path=path)
-    aborted = [s for s in statuses if s.state is TxnState.ABORTED]
-    expired: list[TransactionStatus]
-    live: list[TransactionStatus]
-    expired, live = [], []
-    for s in statuses:
-        if s.state is TxnState.OPEN and now - s.opened_at > expire_open_after:
-            # A live writer may still pre-commit its open transaction, however old; only
-            # a writer that is gone (its lock released or stale) has abandoned it.
-            held = writer_lock(path, sink_id, s.writer_id).is_held()
-            (live if held else expired).append(s)
-    for s in live:
-        log.warning(
-            "%s: open transaction %s (checkpoint %d) is %s old, but writer %r is still "
-            "running; it is not expired",
-            prefix,
-            s.txn_id,
-            s.checkpoint_id,
-            _age(now - s.opened_at),
-            s.writer_id,
-        )
-    log.info(
-        "%s: sink %r has %d aborted and %d open transaction(s) older than %s",
-        prefix,
-        sink_id,
-        len(aborted),
-        len(expired),
-        _age(expire_open_after),
+    expired, targets, skipped, already = _candidates(
+        statuses, path, sink_id, now, expire_open_after
     )
-    targets, skipped, already = _sorted_out(
-        [*aborted, *expired], {s.txn_id for s in expired}, prefix
-    )
-    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
-    committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
-    finished = {s.txn_id for s in statuses if s.state.final}
-    # One read of the log for both: the targets' masked files, and committed leftovers.
-    wanted = [*(s.txn_id for s in targets), *committed]
-    found = partition_files(path, PENDING, wanted) if wanted else {}
-    counts, files = _scan(spark, path, targets, found) if targets else ({}, set())
-    left = sorted(txn_id for txn_id in committed if txn_id in found)
-    if left:
-        log.warning(
-            "%s: %d committed transaction(s) still have masked files (their commit's release "
-            "did not follow, or a rewrite landed after it); committing them again",
-            prefix,
-            len(left),
-        )
+    masked = _masked(spark, path, statuses, targets)
     return VacuumPlan(
         table_path=path,
         sink_id=sink_id,
@@ -424,30 +269,16 @@ def plan_vacuum(
         now=now,
         expired=tuple(expired),
         targets=tuple(targets),
-        rows=counts,
-        files=frozenset(files),
-        skipped_txn_ids=tuple([*(s.txn_id for s in live), *skipped]),
+        rows=masked.rows,
+        files=frozenset(masked.files),
+        skipped_txn_ids=tuple(skipped),
         already_vacuumed=already,
-        unpublished=tuple(committed[txn_id] for txn_id in left),
+        unpublished=masked.unpublished,
         commit_mode=table.commit_mode,
         published=table.published,
-        # An open or pre-committed one may be appending still.
-        staging_logs=tuple(t for t in staging_logs(path) if t in finished),
+        staging_logs=_staging_logs(path, statuses),
         compaction=(
-            tuple(
-                plan_compaction(
-                    path,
-                    journal.path,
-                    min_files=compact_min_files,
-                    # What the run itself adds before it compacts: the files of the
-                    # leftovers it publishes again, and a journal commit for its expiries
-                    # and one for its removals.
-                    added={
-                        "committed rows": sum(len(found[t].files) for t in left),
-                        "journal": int(bool(expired)) + int(bool(targets)),
-                    },
-                )
-            )
+            _compaction(path, journal.path, compact_min_files, masked, expired, targets)
             if compact
             else ()
         ),
@@ -460,17 +291,8 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     prefix = f"vacuum {plan.table_path}"
     targets, skipped = list(plan.targets), list(plan.skipped_txn_ids)
     if plan.expired:
-        log.info("%s: marking %d expired open transaction(s) aborted", prefix, len(plan.expired))
-        journal.record(
-            *(
-                _entry(
-                    s,
-                    plan,
-                    f"expired by vacuum after {_age(plan.now - s.opened_at)}",
-                    row_count=plan.rows.get(s.txn_id),
-                )
-                for s in plan.expired
-            )
+        journal_expired(
+            journal, plan.expired, table_path=plan.table_path, now=plan.now, rows=plan.rows
         )
         # Read after the expiry events, so a writer that pre-committed an "expired"
         # transaction in the meantime is seen here and its rows kept.
@@ -485,33 +307,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         again.commit(
             Committable(**transaction_fields(s), table=plan.table_path, sink_id=plan.sink_id)
         )
-    rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
-    if targets:
-        log.info(
-            "%s: deleting %d masked row(s) of %d transaction(s) in checkpoint(s) %s",
-            prefix,
-            rows,
-            len(targets),
-            ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
-        )
-        metadata = commit_metadata(
-            "vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets)
-        )
-        deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
-        if deleted != rows:  # someone else removed or added some in between
-            log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
-        rows = deleted
-        journal.record(
-            *(
-                _entry(
-                    s,
-                    plan,
-                    f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed",
-                    row_count=plan.rows.get(s.txn_id, 0),
-                )
-                for s in targets
-            )
-        )
+    rows = _remove_rows(spark, journal, plan, targets) if targets else 0
     for txn_id in plan.staging_logs:
         remove_staging_log(plan.table_path, txn_id)
     if plan.staging_logs:
@@ -519,7 +315,9 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
     if plan.published:
         publish(plan.table_path)
-    files, size = _vacuum_files(spark, plan, dry_run=False, pending=frozenset())
+    files, size = run_vacuum(
+        spark, plan.table_path, plan.retain_hours, short=plan.short_retention, dry_run=False
+    )
     return _report(
         dataclasses.replace(plan, skipped_txn_ids=tuple(skipped), compaction=tuple(compacted)),
         targets,
@@ -531,6 +329,136 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
 
 
 # ------------------------------------------------------------------ internals
+
+
+def _candidates(
+    statuses: Sequence[TransactionStatus],
+    path: str,
+    sink_id: str,
+    now: datetime,
+    expire_open_after: timedelta,
+) -> tuple[list[TransactionStatus], list[TransactionStatus], list[str], int]:
+    """The expired open transactions, the transactions whose rows go, the ids left alone
+    (expired ones whose writer runs among them), and how many were vacuumed before."""
+    prefix = f"vacuum {path}"
+    aborted = [s for s in statuses if s.state is TxnState.ABORTED]
+    expired, live = expired_open(
+        statuses, table_path=path, sink_id=sink_id, now=now, expire_open_after=expire_open_after
+    )
+    log.info(
+        "%s: sink %r has %d aborted and %d open transaction(s) older than %s",
+        prefix,
+        sink_id,
+        len(aborted),
+        len(expired),
+        age_text(expire_open_after),
+    )
+    targets, skipped, already = _sorted_out(
+        [*aborted, *expired], {s.txn_id for s in expired}, prefix
+    )
+    log.info("%s: %d transaction(s) to vacuum, %d already vacuumed", prefix, len(targets), already)
+    return expired, targets, [*(s.txn_id for s in live), *skipped], already
+
+
+class _Masked(NamedTuple):
+    """What the table's log holds of the plan's transactions' pending partitions."""
+
+    rows: dict[str, int]  # masked rows per target transaction id
+    files: set[str]  # the data files holding them (decoded paths)
+    unpublished: tuple[TransactionStatus, ...]  # committed ones with files left there
+    unpublished_files: int  # how many files those hold
+
+
+def _masked(
+    spark: SparkSession,
+    path: str,
+    statuses: Sequence[TransactionStatus],
+    targets: Sequence[TransactionStatus],
+) -> _Masked:
+    """The targets' masked rows and files, and the committed leftovers, from one read of the
+    table's log."""
+    committed = {s.txn_id: s for s in statuses if s.state is TxnState.COMMITTED}
+    wanted = [*(s.txn_id for s in targets), *committed]
+    found = partition_files(path, PENDING, wanted) if wanted else {}
+    counts, files = _scan(spark, path, targets, found) if targets else ({}, set())
+    left = sorted(txn_id for txn_id in committed if txn_id in found)
+    if left:
+        log.warning(
+            "vacuum %s: %d committed transaction(s) still have masked files (their commit's "
+            "release did not follow, or a rewrite landed after it); committing them again",
+            path,
+            len(left),
+        )
+    return _Masked(
+        rows=counts,
+        files=files,
+        unpublished=tuple(committed[txn_id] for txn_id in left),
+        unpublished_files=sum(len(found[t].files) for t in left),
+    )
+
+
+def _staging_logs(path: str, statuses: Sequence[TransactionStatus]) -> tuple[str, ...]:
+    """The finished transactions whose pending folder still holds a staging table's log."""
+    # An open or pre-committed one may be appending still.
+    finished = {s.txn_id for s in statuses if s.state.final}
+    return tuple(t for t in staging_logs(path) if t in finished)
+
+
+def _compaction(
+    path: str,
+    journal_path: str,
+    min_files: int,
+    masked: _Masked,
+    expired: Sequence[TransactionStatus],
+    targets: Sequence[TransactionStatus],
+) -> tuple[Compaction, ...]:
+    """What the run is to compact (``lakesink.ops.compact``)."""
+    return tuple(
+        plan_compaction(
+            path,
+            journal_path,
+            min_files=min_files,
+            # What the run itself adds before it compacts: the files of the leftovers it
+            # publishes again, and a journal commit for its expiries and one for its
+            # removals.
+            added={
+                "committed rows": masked.unpublished_files,
+                "journal": int(bool(expired)) + int(bool(targets)),
+            },
+        )
+    )
+
+
+def _remove_rows(
+    spark: SparkSession, journal: Journal, plan: VacuumPlan, targets: Sequence[TransactionStatus]
+) -> int:
+    """Delete the targets' masked rows, journal each target vacuumed; return the rows deleted."""
+    prefix = f"vacuum {plan.table_path}"
+    rows = sum(plan.rows.get(s.txn_id, 0) for s in targets)
+    log.info(
+        "%s: deleting %d masked row(s) of %d transaction(s) in checkpoint(s) %s",
+        prefix,
+        rows,
+        len(targets),
+        ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
+    )
+    metadata = commit_metadata("vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets))
+    deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
+    if deleted != rows:  # someone else removed or added some in between
+        log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
+    journal.record(
+        *(
+            s.event(
+                table_path=plan.table_path,
+                state=TxnState.ABORTED,
+                event_time=plan.now,
+                detail=f"{VACUUMED_PREFIX} {plan.rows.get(s.txn_id, 0)} rows removed",
+                row_count=plan.rows.get(s.txn_id, 0),
+            )
+            for s in targets
+        )
+    )
+    return deleted
 
 
 def _sorted_out(
@@ -622,26 +550,6 @@ def _matching(given: str | None, recorded: str | None, what: str, path: str) -> 
     return recorded
 
 
-def _retention(
-    properties: Mapping[str, str], retain_hours: float | None, allow_short: bool, path: str
-) -> tuple[float, bool]:
-    """The VACUUM retention in hours, and whether it is below the table's own."""
-    configured = properties.get(RETENTION_PROPERTY)
-    table_hours = _interval_hours(configured) if configured else DEFAULT_RETENTION_HOURS
-    hours = table_hours if retain_hours is None else float(retain_hours)
-    if hours < 0:
-        raise ConfigurationError(f"retain_hours must not be negative, got {retain_hours}")
-    short = hours < table_hours
-    if short and not allow_short:
-        raise ConfigurationError(
-            f"retain_hours={retain_hours:g} is below the table's {RETENTION_PROPERTY} "
-            f"({table_hours:g} h) at {path}: a short retention can delete the files of a "
-            "write in flight or of a snapshot a reader still uses. Pass "
-            "allow_short_retention=True (--allow-short-retention) only when nothing writes"
-        )
-    return hours, short
-
-
 def _protected(path: str, sink_id: str, journal: str, hours: float, now: datetime) -> float:
     """The retention ``hours``, stretched so that VACUUM keeps every file a reader may read:
     each version of the published table younger than the retention shows a table version
@@ -668,17 +576,6 @@ def _protected(path: str, sink_id: str, journal: str, hours: float, now: datetim
         oldest,
     )
     return needed
-
-
-def _interval_hours(interval: str) -> float:
-    """``interval 1 week`` / ``168 hours`` / ``interval 1 day 12 hours`` -> hours."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+?)s?\b", interval.lower())
-    known = [(float(n), unit) for n, unit in parts if unit in _HOURS_PER_UNIT]
-    if not known:
-        raise ConfigurationError(
-            f"cannot read {RETENTION_PROPERTY}={interval!r}; pass retain_hours explicitly"
-        )
-    return sum(n * _HOURS_PER_UNIT[unit] for n, unit in known)
 
 
 def _predicate(targets: Sequence[TransactionStatus]) -> str:
@@ -726,103 +623,3 @@ def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefi
         return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
 
     return retry_on_conflict(run, retry=CommitRetry(), what=f"{prefix}: DELETE")
-
-
-def _vacuum_files(
-    spark: SparkSession, plan: VacuumPlan, *, dry_run: bool, pending: frozenset[str]
-) -> tuple[int, int]:
-    """Run VACUUM DRY RUN (and VACUUM unless ``dry_run``); return files and bytes."""
-    hours, short = plan.retain_hours, plan.short_retention
-    statement = f"VACUUM {delta_path(plan.table_path)} RETAIN {_number(hours)} HOURS"
-    # Delta 4.4 ignores RETAIN n for any n but 0 unless told not to, and uses the table's
-    # own retention: the plan's would be reported, another one applied.
-    settings = {RETENTION_WINDOW_CONF: "false"}
-    if short:  # only for these two commands, like the window setting
-        settings[RETENTION_CHECK_CONF] = "false"
-    with session_conf(spark, settings), _quiet_console(spark):
-        listed = {row.path for row in spark.sql(f"{statement} DRY RUN").collect()}
-        files = {f for f in listed if not _published_folder(f)} | pending
-        size = sum(_file_size(spark, f) for f in files)  # before VACUUM deletes them
-        log.info(
-            "vacuum %s: VACUUM RETAIN %g HOURS: %d file(s), %d bytes%s",
-            plan.table_path,
-            hours,
-            len(files),
-            size,
-            "" if dry_run else ", deleting",
-        )
-        if not dry_run:
-            spark.sql(statement).collect()
-    return len(files), size
-
-
-def _published_folder(listed: str) -> bool:
-    """Whether VACUUM listed the published table's folder or its parent: until a commit puts
-    a data file in the committed partition, they hold only the published table's log, which
-    VACUUM does not see (a hidden folder), so it lists them as empty folders; its delete
-    (not recursive) fails on them and keeps the log. Not removed, so not counted."""
-    folder = listed.rstrip("/")
-    return folder.endswith((f"/{PUBLISHED_FOLDER}", f"/{PUBLISHED_FOLDER.split('/')[0]}"))
-
-
-@contextmanager
-def _quiet_console(spark: SparkSession) -> Iterator[None]:
-    """Nothing that Scala code prints to the console while the block runs reaches it.
-
-    Delta's VACUUM prints "Deleted N files and directories in a total of M directories."
-    (its own count, of folders too) on the driver's stdout: a Python caller's own output,
-    beside the report that says what was removed. Scala's console stream is per thread,
-    and the JVM thread that runs this Python thread's statements is always the same one.
-    Without a JVM in this process (Spark Connect), nothing is changed.
-    """
-    jvm: Any = getattr(spark, "_jvm", None)
-    try:
-        console = getattr(jvm.scala, "Console$").__getattr__("MODULE$")
-        shown = console.out()
-        nowhere = jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
-        console.setOutDirect(nowhere)
-    except Exception:  # no JVM here, or another Scala: the line stays
-        yield
-        return
-    try:
-        yield
-    finally:
-        console.setOutDirect(shown)
-
-
-def _file_size(spark: SparkSession, uri: str) -> int:
-    """Size of a file VACUUM lists (a decoded path, ``file:`` or another Hadoop scheme)."""
-    local = re.sub(r"^file:(//)?", "", uri)
-    if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", local):
-        try:
-            return os.stat(local).st_size
-        except FileNotFoundError:  # already gone (another vacuum): nothing to count
-            return 0
-    try:
-        hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(uri)  # type: ignore[union-attr]
-        conf = spark._jsc.hadoopConfiguration()
-        return int(hadoop_path.getFileSystem(conf).getFileStatus(hadoop_path).getLen())
-    except Exception as exc:  # a size is only reported, never worth failing the vacuum for
-        log.warning("cannot read the size of %s: %s", uri, exc)
-        return 0
-
-
-def _entry(
-    status: TransactionStatus, plan: VacuumPlan, detail: str, row_count: int | None = None
-) -> JournalEntry:
-    return status.event(
-        table_path=plan.table_path,
-        state=TxnState.ABORTED,
-        event_time=plan.now,
-        detail=detail,
-        row_count=row_count,
-    )
-
-
-def _number(value: float) -> str:
-    # A plain decimal: Spark SQL's RETAIN takes no exponent notation such as 1e-05.
-    return f"{value:.6f}".rstrip("0").rstrip(".")
-
-
-def _age(age: timedelta) -> str:
-    return f"{age.total_seconds() / 3600:.1f} h"

@@ -26,7 +26,7 @@ from lakesink.storage.files import require_delta_table
 
 if TYPE_CHECKING:
     from lakesink.ops.metrics import MetricsExport
-    from lakesink.ops.vacuum import VacuumReport
+    from lakesink.ops.vacuum_report import VacuumReport
 
 __all__ = ["add_parser"]
 
@@ -115,8 +115,8 @@ def _vacuum(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Outp
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
     # Imported here, once the options were taken (bad ones refused without loading
     # pyspark); the expiry is the library's own check, made before Spark starts.
+    from lakesink.ops.expiry import check_expiry
     from lakesink.ops.metrics import MetricsExport
-    from lakesink.ops.vacuum import check_expiry
 
     check_expiry(timedelta(hours=args.expire_open_hours))
     table = reachable(args.table, args.journal, write=True)[0]
