@@ -20,8 +20,8 @@ alone. lakesink reads none of them: a job run by itself takes no faults.
   job wait at each of those steps until the file ``DIR/STEP@CHECKPOINT.go`` exists (at
   most ten minutes), so a test can get ready (freeze the executors, say) before it goes on.
 
-Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``before_flip``,
-``after_flip`` from ``DeltaSink``; ``after_recovery``, ``after_pre_commit``,
+Steps: ``before_append``, ``after_append``, ``before_pre_commit_record``, ``before_publish``,
+``after_publish`` from ``DeltaSink``; ``after_recovery``, ``after_pre_commit``,
 ``after_record`` from the checkpoint coordinator. CHECKPOINT is the checkpoint id, the one
 id every sink, the job's checkpoint table and the journal share (a recovery commit runs
 under its own id).

@@ -132,18 +132,18 @@ def build_audited_table(spark, path: Path) -> Story:
     suite = path.parent / "suite.json"
     suite.write_text(json.dumps(SUITE))
 
-    crash_after_flip: set[str] = set()
+    crash_after_publish: set[str] = set()
 
     def hook(step: str, checkpoint_id: int) -> None:
         txn_id = story.txn[checkpoint_id]  # the story's checkpoint ids are one writer's each
-        if step == "after_flip":
+        if step == "after_publish":
             # A commit is two versions: the insert-only MERGE, then the release of the
             # transaction's pending files (delta-rs).
             release, merge = DeltaTable.forPath(spark, str(path)).history(2).collect()
             assert (merge.operation, release.operation) == ("MERGE", "WRITE")
             story.commit_version[txn_id] = merge.version
             story.release_version[txn_id] = release.version
-            if txn_id in crash_after_flip:
+            if txn_id in crash_after_publish:
                 raise Crash(f"after the MERGE of checkpoint {checkpoint_id}")
         elif step == "after_append":
             story.append_version.setdefault(txn_id, []).append(latest_version(spark, path))
@@ -193,7 +193,7 @@ def build_audited_table(spark, path: Path) -> Story:
     write(sink, [(-8, "sloe"), (9, "yuzu")], at=50)
     commit(sink, checkpoint(sink, at=60), at=120)  # checkpoint 3 fails, committed anyway
     write(sink, [(10, "quince"), (11, "grape")], at=130)
-    crash_after_flip.add(story.txn[4])
+    crash_after_publish.add(story.txn[4])
     with pytest.raises(CommitRoundError):
         commit(sink, checkpoint(sink, at=140), at=150)  # checkpoint 4: MERGE, no record
     write(sink, [(12, "lemon"), (13, "melon")], at=160)

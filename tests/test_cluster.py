@@ -181,7 +181,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
         *ingest_arguments(work, lake),
         conf=SPECULATION,
         storage=storage,
-        env={"LAKESINK_HOLD_AT": "before_append@1,after_record@2,after_flip@2"},
+        env={"LAKESINK_HOLD_AT": "before_append@1,after_record@2,after_publish@2"},
     )
     try:
         # The orders sink writes first: its append of batch 1 is the only "save" stage
@@ -195,11 +195,13 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
             spark_cluster.kill_worker(worker.index)  # the worker JVM and its executor
         spark_cluster.revive()
         # Batch 2 is in Spark's commit log: its commits come next, orders first.
-        with job.stepped_until(merge_write, held="after_record@2", before="after_flip@2.1") as busy:
+        with job.stepped_until(
+            merge_write, held="after_record@2", before="after_publish@2.1"
+        ) as busy:
             merge_victim = busy[0]
             os.kill(job.executor_pid(merge_victim), signal.SIGKILL)  # its worker lives on
         # The orders sink committed batch 2: the totals sink's commit comes next.
-        with job.stepped_until(merge_write, held="after_flip@2", before="after_flip@2.2"):
+        with job.stepped_until(merge_write, held="after_publish@2", before="after_publish@2.2"):
             job.kill_driver()
     except BaseException:
         # A job left held at a step would keep both workers' cores, and the next cluster

@@ -108,7 +108,7 @@ def stream(spark, tmp_path, lake, commit):
     def hook(step: str, batch_id: int) -> None:
         if step == "after_recovery":  # both tables exist, no cut recorded by the driver
             hold()
-        if step == "after_flip":
+        if step == "after_publish":
             published[batch_id] += 1
             if published[batch_id] == 1:  # orders published the batch, totals not yet
                 hold()

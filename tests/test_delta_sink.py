@@ -152,7 +152,7 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
     )
 
     def fail_flip(step, checkpoint_id):
-        if step == "before_flip":
+        if step == "before_publish":
             raise RuntimeError("MERGE unavailable")
 
     sink = open_sink(spark, table, hook=fail_flip, **options)
@@ -181,8 +181,8 @@ def test_commit_failure_then_recovery_after_timeout_is_ignored(spark, table):
         ("after_invoke", False),
         ("before_pre_commit_record", False),
         ("after_pre_commit", True),
-        ("before_flip", True),
-        ("after_flip", True),
+        ("before_publish", True),
+        ("after_publish", True),
     ],
 )
 def test_crash_at_every_step_then_recovery_loses_and_duplicates_nothing(

@@ -58,7 +58,7 @@ CRASH_POINTS = {
     "after_record@2": {2},
     # The restart has no new input: its recovery commits batch 2, and dies in the MERGE,
     # which is one Delta commit, so 2 is either all there or not at all.
-    "before_flip@2+200": {2, 3},
+    "before_publish@2+200": {2, 3},
 }
 RECORDED = [0, 1, 2]
 ABORTED = [1]  # the first attempt of batch 1, in both sinks

@@ -90,7 +90,7 @@ def waiting_requests(port: int, job: int) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize(
-    ("point", "client"), [("before_append@1", "java"), ("before_flip@1", "python")]
+    ("point", "client"), [("before_append@1", "java"), ("before_publish@1", "python")]
 )
 def test_a_store_that_freezes_and_dies_mid_checkpoint_loses_and_duplicates_nothing(
     own_server, tmp_path, point, client, monkeypatch, record_property

@@ -69,7 +69,7 @@ def test_sql_clients_see_only_committed_rows_and_one_cut_during_a_live_checkpoin
     window, go = threading.Event(), threading.Event()
 
     def hold_between_the_tables(step: str, checkpoint_id: int) -> None:
-        if step == "after_flip" and checkpoint_id == 2 and not window.is_set():
+        if step == "after_publish" and checkpoint_id == 2 and not window.is_set():
             window.set()  # orders published checkpoint 2, totals not yet, no new cut
             assert go.wait(timeout=600), "the test never let the commit go on"
 

@@ -575,7 +575,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
 
     def _commit(self, transaction: DeltaTransaction) -> None:
         committable = self.committable(transaction)
-        self._step("before_flip", transaction)
+        self._step("before_publish", transaction)
         self._lock.check()
         flipped = 0
         if committable.rows != 0:
@@ -586,7 +586,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 )
 
             flipped = self.committer.commit(committable, on_retry=journal_retry)
-        self._step("after_flip", transaction)
+        self._step("after_publish", transaction)
         rows = committable.rows
         try:
             self.journal.record(
