@@ -82,6 +82,7 @@ from lakesink.errors import (
 )
 from lakesink.spark.sql import delta_path, quote_identifier, string_literal
 from lakesink.storage.files import has_files, is_delta_table, remove_folder
+from lakesink.storage.hadoop import delete_tree
 from lakesink.storage.location import is_uri, join, relative_to_parent, resolve_relative
 
 __all__ = [
@@ -444,7 +445,7 @@ def ensure_sink_table(
         # Delta's createIfNotExists takes a folder that lists anything for a table. A store
         # that keeps emptied folders (SeaweedFS) still lists _delta_log/ once its objects
         # are gone; Hadoop's S3A deletes the folder itself, as it made it.
-        _delete_with_hadoop(spark, join(path, "_delta_log"))
+        delete_tree(spark, join(path, "_delta_log"))
     # The journal first: a crash before the table is made leaves a journal (a shared one
     # holds other sinks' events anyway), which the next open finds; the other way round
     # it would leave a table without its journal.
@@ -717,11 +718,6 @@ _UPGRADES = {
         "records; run it while the job is stopped)"
     ),
 }
-
-
-def _delete_with_hadoop(spark: SparkSession, folder: str) -> None:
-    jvm_path = spark._jvm.org.apache.hadoop.fs.Path(folder)  # type: ignore[union-attr]
-    jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(jvm_path, True)
 
 
 def check_new_folder(path: str, what: str) -> bool:
