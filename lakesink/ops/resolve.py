@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState, record_cut
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
+from lakesink.delta.table import read_sink_table
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
 from lakesink.readers.spark import create_pending_view, transaction_rows
@@ -31,7 +32,7 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.format import CommitMode, read_sink_table
+from lakesink.tables.format import CommitMode
 from lakesink.tables.journal import Journal, TransactionStatus
 from lakesink.tables.published import publish
 
@@ -288,7 +289,7 @@ def revalidate_checkpoint(
             "may be incomplete; nothing to validate"
         )
     table = read_sink_table(spark, path)
-    journal = Journal(spark, table.journal_path, create=False)
+    journal = Journal(table.journal_path, create=False)
     results = []
     for txn in transactions:
         report = gate.validate(transaction_rows(spark, table, [txn.txn_id]))
