@@ -53,9 +53,10 @@ from benchmarks.harness import (
 )
 from benchmarks.reader import QUERIES, same_rows
 from benchmarks.report import Column, Section
+from lakesink.delta.table import ensure_sink_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers.spark import committed
-from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE, ensure_sink_table
+from lakesink.tables.format import CHECKPOINT_ID, PENDING, VISIBLE
 from lakesink.tables.journal import default_journal_path
 
 __all__ = ["AccumulatedPoint", "accumulated_section", "measure"]

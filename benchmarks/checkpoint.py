@@ -98,7 +98,7 @@ def _seconds(
             for name, path in zip(SINKS, paths, strict=True)
         }
         job = CheckpointCoordinator(
-            DeltaCheckpointStore(spark, f"{folder}/state"), job_id="bench", sinks=sinks
+            DeltaCheckpointStore(f"{folder}/state"), job_id="bench", sinks=sinks
         )
 
         def work() -> None:

@@ -100,7 +100,7 @@ def _measure(
         for name, path in paths.items()
     }
     job = CheckpointCoordinator(
-        DeltaCheckpointStore(spark, f"{folder}/state"), job_id="bench-cut", sinks=sinks
+        DeltaCheckpointStore(f"{folder}/state"), job_id="bench-cut", sinks=sinks
     )
     cuts = cuts_path(sinks["orders"].journal_path)
     before = table_version(cuts)

@@ -38,6 +38,7 @@ from lakesink.core.microbatch import MicroBatchDriver
 from lakesink.delta.sink import DeltaSink, SinkOptions
 from lakesink.errors import ConfigurationError
 from lakesink.ops.metrics import MetricsExport, sink_registry
+from lakesink.storage.hadoop import delete_tree, folder_listing
 
 __all__ = ["Process", "StreamingSink", "recorded_batch"]
 
@@ -198,7 +199,7 @@ class StreamingSink:
 
 def recorded_batch(spark: SparkSession, checkpoint_location: str) -> int:
     """The last batch id in a query's commit log (``commits/``), -1 before the first."""
-    names = _list(spark, f"{checkpoint_location.rstrip('/')}/commits")
+    names = folder_listing(spark, f"{checkpoint_location.rstrip('/')}/commits")
     return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
@@ -218,15 +219,13 @@ def _drop_unfinished_first_entries(spark: SparkSession, checkpoint_location: str
     exists, Spark resumes from it and leftovers do not matter, so nothing is touched then.
     """
     root = checkpoint_location.rstrip("/")
-    listed = {folder: _list(spark, f"{root}/{folder}") for folder in ("offsets", "commits")}
+    listed = {f: folder_listing(spark, f"{root}/{f}") for f in ("offsets", "commits")}
     if any(name.isdigit() for name in listed["offsets"]):
         return
-    jvm = spark._jvm
     for folder, names in listed.items():
         for name in names:
             if _UNFINISHED_ENTRY.fullmatch(name):
-                path = jvm.org.apache.hadoop.fs.Path(f"{root}/{folder}/{name}")  # type: ignore[union-attr]
-                path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, False)
+                delete_tree(spark, f"{root}/{folder}/{name}")
                 log.warning(
                     "%s/%s: removed %s, left by a run killed while Spark wrote its first "
                     "entry (Spark refuses to start a query on it)",
@@ -243,21 +242,11 @@ def _write_to_the_only_sink(batch: DataFrame, sinks: Mapping[str, DeltaSink]) ->
 
 def _check_is_the_querys(spark: SparkSession, checkpoint_location: str, batch_id: int) -> None:
     """Spark logs a batch's offsets before running it: without them, not the query's location."""
-    if str(batch_id) not in _list(spark, f"{checkpoint_location.rstrip('/')}/offsets"):
+    if str(batch_id) not in folder_listing(spark, f"{checkpoint_location.rstrip('/')}/offsets"):
         raise ConfigurationError(
             f"micro-batch {batch_id} runs, but {checkpoint_location} has no offsets of it: "
             "give the StreamingSink the query's checkpointLocation"
         )
-
-
-def _list(spark: SparkSession, folder: str) -> list[str]:
-    """File names in a folder of any Hadoop file system ([] if it does not exist)."""
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(folder)  # type: ignore[union-attr]  # None: no JVM yet
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        return []
-    return [status.getPath().getName() for status in fs.listStatus(path)]
 
 
 class _Committer(StreamingQueryListener):

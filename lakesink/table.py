@@ -102,8 +102,10 @@ class Table:
     @property
     def schema(self) -> StructType:
         """The user columns (what readers see), as of now."""
+        from lakesink.delta.table import spark_schema
+
         found, _ = read_sink_table_log(self.path)
-        return found.schema
+        return spark_schema(found)
 
     # ---------------------------------------------------------------- what it holds
 
@@ -175,9 +177,9 @@ class Table:
     def pending_rows(self, spark: SparkSession, checkpoint_id: int) -> DataFrame:
         """The rows of a checkpoint that is not committed yet (pre-committed or held),
         user columns only: what an auditor looks at before publishing it."""
+        from lakesink.delta.table import read_sink_table
         from lakesink.ops.resolve import pending_transactions
         from lakesink.readers.spark import transaction_rows
-        from lakesink.tables.format import read_sink_table
 
         transactions = pending_transactions(self.path, checkpoint_id)
         table = read_sink_table(spark, self.path)

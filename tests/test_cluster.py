@@ -103,7 +103,7 @@ def assert_every_order_once(spark, lake: str, orders: int = ORDERS) -> None:
         r[CHECKPOINT_ID]
         for r in spark.read.format("delta").load(join(lake, "orders")).where(VISIBLE).collect()
     )
-    journal = Journal(spark, join(lake, "_lakesink_journal"), create=False)
+    journal = Journal(join(lake, "_lakesink_journal"), create=False)
     committed_txns = [t for t in journal.transactions("orders") if t.state is TxnState.COMMITTED]
     journaled = {t.checkpoint_id: t.row_count for t in committed_txns}
     assert len(journaled) == len(committed_txns), "a checkpoint with two committed transactions"
@@ -212,7 +212,7 @@ def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -
     finally:
         spark_cluster.revive()
     last = recorded_batch(spark, join(lake, "state", "ingest"))
-    journal = Journal(spark, join(lake, "_lakesink_journal"), create=False)
+    journal = Journal(join(lake, "_lakesink_journal"), create=False)
     states = {
         sink: t.state
         for sink in ("orders", "totals")

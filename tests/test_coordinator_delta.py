@@ -38,7 +38,7 @@ def run_job(spark, work: Path, crash_at: tuple[str, int] | None = None) -> None:
     }
     raw = spark.createDataFrame([], RAW_SCHEMA).schema
     source = LandingFolder(spark, str(work / "landing"), file_format="json", schema=raw)
-    store = DeltaCheckpointStore(spark, str(work / "state"))
+    store = DeltaCheckpointStore(str(work / "state"))
 
     def process(frame) -> int:
         orders = transform(frame)
@@ -82,7 +82,7 @@ def test_crashes_before_and_after_the_record_and_every_tool_names_the_same_ids(
     (status,) = json.loads(capsys.readouterr().out)["sinks"]
     assert status["last_committed_checkpoint"] == 4
     assert [t["checkpoint_id"] for t in status["aborted"]] == [3]
-    journal = Journal(spark, default_journal_path(str(tmp_path / "orders")), create=False)
+    journal = Journal(default_journal_path(str(tmp_path / "orders")), create=False)
     done = [
         t.checkpoint_id for t in journal.transactions("orders") if t.state is TxnState.COMMITTED
     ]

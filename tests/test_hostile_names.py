@@ -146,7 +146,7 @@ def test_a_sink_of_hostile_names_writes_commits_reads_and_vacuums_exactly(
     assert view.columns == COLUMNS
     assert sorted(view.collect()) == rows[:3]
     assert spark.table(quote_name(TABLE)).count() == 5  # the raw table: 2 rows masked
-    journal = Journal(spark, str(tmp_path / FOLDER / "_lakesink_journal"), create=False)
+    journal = Journal(str(tmp_path / FOLDER / "_lakesink_journal"), create=False)
     states = [(t.sink_id, t.writer_id, t.state) for t in journal.transactions(SINK_ID)]
     assert states == [
         (SINK_ID, WRITER_ID, TxnState.COMMITTED),

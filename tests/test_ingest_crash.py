@@ -315,7 +315,7 @@ def test_the_commit_log_the_status_and_the_journals_name_the_same_checkpoint_ids
         assert status["last_committed_checkpoint"] == RECORDED[-1]
         assert status["pending"] == [] and status["held"] == []
         assert sorted({t["checkpoint_id"] for t in status["aborted"]}) == ABORTED
-        journal = Journal(spark, join(chain.lake, "_lakesink_journal"), create=False)
+        journal = Journal(join(chain.lake, "_lakesink_journal"), create=False)
         committed_ids = [
             t.checkpoint_id for t in journal.transactions(sink) if t.state is TxnState.COMMITTED
         ]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from lakesink.core import TxnState
-from lakesink.tables.journal import Journal, JournalEntry, fold, read_transactions
+from lakesink.delta.journal import fold, journal_events
+from lakesink.tables.journal import Journal, JournalEntry, read_transactions
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
 
@@ -30,7 +31,7 @@ def event(txn: str, state: TxnState, seconds: int, sink: str = "orders", **extra
 
 
 def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
-    journal = Journal(spark, str(tmp_path / "journal"))
+    journal = Journal(str(tmp_path / "journal"))
     journal.record(
         event("t1", TxnState.OPEN, 0),
         event("t1", TxnState.PRE_COMMITTED, 1, row_count=5),
@@ -51,7 +52,8 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
 
     ours = read_transactions(journal.path, "orders")
     theirs = {
-        row.txn_id: row for row in fold(journal.events().where("sink_id = 'orders'")).collect()
+        row.txn_id: row
+        for row in fold(journal_events(spark, journal.path).where("sink_id = 'orders'")).collect()
     }
 
     assert [s.txn_id for s in ours] == ["t1", "t2", "t3", "t4"]

@@ -41,7 +41,7 @@ def run_job(spark, work: Path) -> int:
     raw = spark.createDataFrame([], RAW_SCHEMA).schema
     source = LandingFolder(spark, str(work / "landing"), file_format="json", schema=raw)
     sink = DeltaSink(spark, str(work / "orders"), schema=raw, view_name="v_migrate")
-    store = DeltaCheckpointStore(spark, str(work / "state"))
+    store = DeltaCheckpointStore(str(work / "state"))
 
     def process(frame) -> int:
         sink.write(frame)
@@ -65,7 +65,7 @@ def downgrade(spark, work: Path) -> None:
             json.dumps([[q.item, q.reason] for q in r.quarantined]),
             r.rows,
         )
-        for r in DeltaCheckpointStore(spark, str(work / "state")).history("ingest")
+        for r in DeltaCheckpointStore(str(work / "state")).history("ingest")
     ]
     shutil.rmtree(path)
     spark.createDataFrame(rows, FORMAT_1_SCHEMA).write.format("delta").save(path)
@@ -83,20 +83,20 @@ def test_a_format_1_checkpoint_table_is_refused_then_migrated_and_the_job_resume
     spark, work, capsys
 ):
     state = str(work / "state")
-    before = DeltaCheckpointStore(spark, state).history("ingest")
+    before = DeltaCheckpointStore(state).history("ingest")
     downgrade(spark, work)
 
     with pytest.raises(FormatVersionError, match=r"format 1.*lakesink migrate-checkpoints"):
-        DeltaCheckpointStore(spark, state)
+        DeltaCheckpointStore(state)
 
     assert main(["migrate-checkpoints", state, "--dry-run"]) == 0
     assert "DRY RUN: would be" in capsys.readouterr().out
     with pytest.raises(FormatVersionError):  # the dry run changed nothing
-        DeltaCheckpointStore(spark, state)
+        DeltaCheckpointStore(state)
 
     assert main(["migrate-checkpoints", state]) == 0
     assert "2 checkpoint record(s) of job(s) ingest" in capsys.readouterr().out
-    assert DeltaCheckpointStore(spark, state).history("ingest") == before
+    assert DeltaCheckpointStore(state).history("ingest") == before
     assert (work / "state" / "checkpoints.format1" / "_delta_log").is_dir()
     assert main(["migrate-checkpoints", state]) == 0
     assert "nothing to do" in capsys.readouterr().out
@@ -111,15 +111,15 @@ def test_a_migration_cut_short_is_refused_by_the_job_and_finished_by_running_it_
     spark, work, capsys
 ):
     state = work / "state"
-    before = DeltaCheckpointStore(spark, str(state)).history("ingest")
+    before = DeltaCheckpointStore(str(state)).history("ingest")
     downgrade(spark, work)
     main(["migrate-checkpoints", str(state)])
     # As if it had died between renaming the old table away and the new one into place.
     (state / "checkpoints").rename(state / "checkpoints.migrating")
 
     with pytest.raises(TableNotFoundError, match=r"being migrated.*migrate-checkpoints"):
-        DeltaCheckpointStore(spark, str(state))
+        DeltaCheckpointStore(str(state))
 
     assert main(["migrate-checkpoints", str(state)]) == 0
     assert "finished a migration that was cut short" in capsys.readouterr().out
-    assert DeltaCheckpointStore(spark, str(state)).history("ingest") == before
+    assert DeltaCheckpointStore(str(state)).history("ingest") == before

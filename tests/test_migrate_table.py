@@ -96,7 +96,7 @@ def old_rows(spark, table: Path) -> DataFrame:
     published = {
         e.checkpoint_id: e.txn_ids for e in read_history(str(table)) if e.lakesink == "commit"
     }
-    journal = Journal(spark, str(journal_path(table)), create=False)
+    journal = Journal(str(journal_path(table)), create=False)
     checkpoints = {s.txn_id: s.checkpoint_id for s in journal.transactions(table.name)}
     found = []
     for row in spark.read.format("delta").load(str(table)).collect():

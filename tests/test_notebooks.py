@@ -23,10 +23,11 @@ from nbclient.exceptions import CellExecutionError
 from test_audit import CHECK_NAMES, SCHEMA, SUITE, commit_aborted
 
 from lakesink import committed
+from lakesink.delta.journal import journal_events
 from lakesink.delta.sink import DeltaSink
 from lakesink.spark.validation import ValidationGate
 from lakesink.tables.format import VISIBLE
-from lakesink.tables.journal import Journal, default_journal_path
+from lakesink.tables.journal import default_journal_path
 
 # One xdist worker runs the module, so its table is written once, not per worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
@@ -134,7 +135,7 @@ def test_quickstart_runs_and_leaves_both_checkpoints_committed_once(spark, tmp_p
     orders = sorted(r.order_id for r in committed(spark, table).collect())
     assert orders == [1, 2, 3, 4, 5]
     assert spark.read.format("delta").load(table).where(f"NOT {VISIBLE}").count() == 0
-    events = Journal(spark, default_journal_path(table), create=False).events()
+    events = journal_events(spark, default_journal_path(table))
     assert sorted(r.checkpoint_id for r in events.where("state = 'committed'").collect()) == [1, 2]
 
 

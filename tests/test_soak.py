@@ -158,8 +158,7 @@ class Soak:
         txns = set(published)
         # Read after the snapshot: a transaction visible in it was pre-committed before.
         states = {
-            t.txn_id: t.state
-            for t in Journal(session, self.journal, create=False).transactions(sink_id)
+            t.txn_id: t.state for t in Journal(self.journal, create=False).transactions(sink_id)
         }
         where = f"{sink_id} version {version}"
         twice = [i for i, n in ids.items() if n > 1]
@@ -268,7 +267,7 @@ def test_two_jobs_a_third_writer_vacuum_and_readers_keep_exactly_once(
     final = {
         t.txn_id: t
         for sink_id in tables
-        for t in Journal(spark, journal, create=False).transactions(sink_id)
+        for t in Journal(journal, create=False).transactions(sink_id)
     }
     seen_not_committed = [t for t in soak.seen_txns if final[t].state is not TxnState.COMMITTED]
     assert not seen_not_committed, f"readers saw transactions never committed: {seen_not_committed}"

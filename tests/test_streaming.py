@@ -57,7 +57,7 @@ def committed_ids(spark, table: Path) -> Counter[int]:
 
 
 def journal_ids(spark, table: Path, state: TxnState, sink_id: str | None = None) -> list[int]:
-    journal = Journal(spark, default_journal_path(str(table)), create=False)
+    journal = Journal(default_journal_path(str(table)), create=False)
     return [
         t.checkpoint_id for t in journal.transactions(sink_id or table.name) if t.state is state
     ]
@@ -225,7 +225,7 @@ def test_a_continuous_query_publishes_each_batch_soon_after_spark_records_it(
 
     assert visible_while_running == [15]  # the listener committed them, not the close
     # From Spark's commit log entry (its file's time) to the journal's committed event.
-    journal = Journal(spark, default_journal_path(str(table)), create=False)
+    journal = Journal(default_journal_path(str(table)), create=False)
     committed_at = {
         t.checkpoint_id: t.updated_at
         for t in journal.transactions("orders")

@@ -17,6 +17,7 @@ from test_metrics import samples
 
 from lakesink import Table, committed
 from lakesink.core import TxnState
+from lakesink.delta.journal import journal_events
 from lakesink.delta.sink import DeltaSink
 from lakesink.delta.vacuum import RETENTION_CHECK_CONF
 from lakesink.errors import ConfigurationError, TableNotFoundError
@@ -85,16 +86,16 @@ def rows_by_txn(spark, table: Path) -> dict[str, set[tuple[int, bool]]]:
     return found
 
 
-def journal_of(spark, table: Path) -> Journal:
-    return Journal(spark, default_journal_path(str(table)), create=False)
+def journal_of(table: Path) -> Journal:
+    return Journal(default_journal_path(str(table)), create=False)
 
 
 def states(spark, table: Path) -> dict[str, TxnState]:
-    return {s.txn_id: s.state for s in journal_of(spark, table).transactions(table.name)}
+    return {s.txn_id: s.state for s in journal_of(table).transactions(table.name)}
 
 
 def aborted_details(spark, table: Path, txn_id: str) -> list[str]:
-    events = journal_of(spark, table).events()
+    events = journal_events(spark, default_journal_path(str(table)))
     found = events.where(f"txn_id = '{txn_id}' AND state = 'aborted'").collect()
     return sorted(e.detail for e in found)
 
@@ -359,7 +360,7 @@ def test_compacted_files_are_a_share_of_the_part_per_core_within_bounds():
 def test_aborted_after_a_pre_commit_goes_but_aborted_after_a_commit_decision_stays(spark, table):
     recovered = abort_one(spark, table, [1])  # as if recovery aborted it once pre-committed
     decided = abort_one(spark, table, [2])  # an inconsistent journal: left to a human
-    journal = journal_of(spark, table)
+    journal = journal_of(table)
     status = {s.txn_id: s for s in journal.transactions(table.name)}
     journal.record(
         *(

@@ -21,6 +21,7 @@ from tools_fixture import page_dom
 from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
 from lakesink.core import CheckpointCoordinator, TxnState, step_hook
+from lakesink.delta.journal import journal_events
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ValidationSuiteError
 from lakesink.ops.resolve import resolve_checkpoint, revalidate_checkpoint
@@ -55,7 +56,7 @@ def states(sink: DeltaSink) -> dict[int, TxnState]:
 
 def validations(sink: DeltaSink, checkpoint_id: int) -> list[dict]:
     rows = (
-        sink.journal.events()
+        journal_events(sink.spark, sink.journal.path)
         .where(f"checkpoint_id = {checkpoint_id} AND validation IS NOT NULL")
         .orderBy("event_time")
         .collect()
@@ -196,7 +197,7 @@ def test_a_held_checkpoint_whose_record_never_completed_is_aborted_on_restart(
         if step == "after_pre_commit" and checkpoint_id == 1:
             raise Crash(step)
 
-    store = DeltaCheckpointStore(spark, state)
+    store = DeltaCheckpointStore(state)
     sink = DeltaSink(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("quarantine"))
     with step_hook(crash):
         coordinator = CheckpointCoordinator(store, job_id="j", sinks={"orders": sink})
@@ -250,7 +251,7 @@ def test_a_failed_validation_withholds_the_checkpoint_in_every_sink_of_the_job(
     orders_sink = DeltaSink(spark, str(table), schema=ORDERS_SCHEMA, validation=gate("abort"))
     totals_sink = DeltaSink(spark, str(totals_table), schema="customer STRING, n BIGINT")
     sinks = {"orders": orders_sink, "totals": totals_sink}
-    store = DeltaCheckpointStore(spark, str(tmp_path / "state"))
+    store = DeltaCheckpointStore(str(tmp_path / "state"))
     with CheckpointCoordinator(store, job_id="j", sinks=sinks) as job:
         orders_sink.write(orders(spark, [1], amount=-1.0))
         totals_sink.write(spark.createDataFrame([("c-1", 1)], "customer STRING, n BIGINT"))

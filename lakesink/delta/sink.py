@@ -58,6 +58,13 @@ from lakesink.core import (
 )
 from lakesink.delta.committer import Committable, Committer, committer
 from lakesink.delta.publish import check_partition_types, check_publishable
+from lakesink.delta.table import (
+    check_columns,
+    check_partition_columns,
+    check_reserved,
+    ensure_sink_table,
+    spark_schema,
+)
 from lakesink.delta.writer import add_staged, remove_staging_log, write_staged
 from lakesink.errors import (
     CommitStateUnknownError,
@@ -93,12 +100,8 @@ from lakesink.tables.format import (
     CHECKPOINT_ID,
     CommitMode,
     SinkTable,
-    check_columns,
     check_commit_mode,
-    check_partition_columns,
-    check_reserved,
     commit_metadata,
-    ensure_sink_table,
     writer_app_id,
 )
 from lakesink.tables.history import find_commit, table_version
@@ -411,7 +414,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 commit_mode=self.options.commit,
                 published=self.options.published,
             )
-            self.schema = self._table.schema
+            self.schema = spark_schema(self._table)
             if self._table.commit_mode == "metadata":
                 check_publishable(self.path)
             self._committer = committer(
@@ -436,12 +439,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         before the journal) has nothing to forget.
         """
         try:
-            return Journal(self.spark, self.journal_path, create=created)
+            return Journal(self.journal_path, create=created)
         except TableNotFoundError:
             if has_sink_history(self.path):
                 raise
         log.info("%s: the table has no lakesink history yet; creating its journal", self.name)
-        return Journal(self.spark, self.journal_path, create=True)
+        return Journal(self.journal_path, create=True)
 
     def _ready(self) -> None:
         self._publish()  # what recovery (or a crash before) left the published table behind

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from lakesink.errors import ConfigurationError
 from lakesink.spark.settings import session_conf
 from lakesink.spark.sql import delta_path
+from lakesink.storage.hadoop import file_size
 from lakesink.tables.format import PUBLISHED_FOLDER
 
 __all__ = ["local_listing", "retention", "run_vacuum"]
@@ -186,9 +187,7 @@ def _file_size(spark: SparkSession, uri: str) -> int:
         except FileNotFoundError:  # already gone (another vacuum): nothing to count
             return 0
     try:
-        hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(uri)  # type: ignore[union-attr]
-        conf = spark._jsc.hadoopConfiguration()
-        return int(hadoop_path.getFileSystem(conf).getFileStatus(hadoop_path).getLen())
+        return file_size(spark, uri)
     except Exception as exc:  # a size is only reported, never worth failing the vacuum for
         log.warning("cannot read the size of %s: %s", uri, exc)
         return 0

@@ -80,10 +80,10 @@ def write_staged(frame: DataFrame, table: SinkTable, txn_id: str) -> None:
     new version of the transaction's staging table, with the sink table's constraints and
     a ``NOT NULL`` check for each of its required columns."""
     options = {k: v for k, v in table.properties.items() if k.startswith(_CARRIED)}
-    for field in table.schema.fields:
-        if not field.nullable:  # a table made from a DataFrame takes every column nullable
-            options[f"delta.constraints.lakesink_not_null_{field.name}"] = (
-                f"{quote_identifier(field.name)} IS NOT NULL"
+    for field in table.fields:
+        if not field["nullable"]:  # a table made from a DataFrame takes every column nullable
+            options[f"delta.constraints.lakesink_not_null_{field['name']}"] = (
+                f"{quote_identifier(field['name'])} IS NOT NULL"
             )
     # The frame's own session writes it: in foreachBatch, a clone of ours.
     with session_conf(frame.sparkSession, WRITE_SETTINGS):

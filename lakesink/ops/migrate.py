@@ -153,7 +153,7 @@ def migrate_checkpoints(
     if plan.step == "migrate":
         shutil.rmtree(migrating, ignore_errors=True)  # a partial write of a run cut short
         rows = spark.read.format("delta").load(plan.path).collect()
-        DeltaCheckpointStore(spark, state_dir, at=str(migrating)).append(
+        DeltaCheckpointStore(state_dir, at=str(migrating)).append(
             *(_record(row.asDict()) for row in rows)
         )
         log.info("wrote %d record(s) to %s", len(rows), migrating)
@@ -284,7 +284,7 @@ def _rewrite(spark: SparkSession, plan: TableMigrationPlan) -> None:
     """Every row in the current layout, in one overwrite (Delta reads the snapshot first):
     lakesink's partition columns first (format 1 had others), the user's kept after them."""
     table = spark.read.format("delta").load(plan.path)
-    old_hidden = {*(f.name for f in HIDDEN_FIELDS), _OLD_TXN_ID}
+    old_hidden = {*(f["name"] for f in HIDDEN_FIELDS), _OLD_TXN_ID}
     user = [quote_identifier(c) for c in table.columns if c not in old_hidden]
     pending = (
         PENDING

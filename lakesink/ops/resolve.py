@@ -25,6 +25,7 @@ from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.checkpointing import GlobalCommitter
 from lakesink.core.recovery import check_resolvable
 from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
+from lakesink.delta.table import read_sink_table
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
 from lakesink.readers.spark import create_pending_view, transaction_rows
@@ -32,7 +33,7 @@ from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
 from lakesink.tables.cuts import group_cut
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.format import CommitMode, check_commit_mode, read_sink_table
+from lakesink.tables.format import CommitMode, check_commit_mode
 from lakesink.tables.journal import Journal, TransactionStatus
 from lakesink.tables.published import publish
 
@@ -299,7 +300,7 @@ def revalidate_checkpoint(
             "may be incomplete; nothing to validate"
         )
     table = read_sink_table(spark, path)
-    journal = Journal(spark, table.journal_path, create=False)
+    journal = Journal(table.journal_path, create=False)
     results = []
     for txn in transactions:
         report = gate.validate(transaction_rows(spark, table, [txn.txn_id]))

@@ -88,9 +88,9 @@ def serve(
         TableNotFoundError, FormatVersionError: A table of ``tables`` is not a lakesink
             table of this version.
     """
+    from lakesink.delta.table import read_sink_table
     from lakesink.readers.spark import CommittedViews
     from lakesink.spark.session import METASTORE_ENV, METASTORE_URL_ENV, spark_session
-    from lakesink.tables.format import read_sink_table
 
     check_access(options.host, options.auth, options.tls)
     if listening(options.host, options.port):

@@ -51,6 +51,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
 from lakesink.delta.committer import Committable, committer
+from lakesink.delta.table import read_sink_table
 from lakesink.delta.vacuum import local_listing, retention, run_vacuum
 from lakesink.delta.writer import remove_staging_log, staging_logs
 from lakesink.errors import ConfigurationError
@@ -75,7 +76,6 @@ from lakesink.tables.format import (
     CommitMode,
     commit_metadata,
     pending_txn_rows,
-    read_sink_table,
 )
 from lakesink.tables.history import commit_time
 from lakesink.tables.journal import (
@@ -252,7 +252,7 @@ def plan_vacuum(
     journal_at = _matching(given_journal, table.journal_path or None, "journal", path)
     hours, short = retention(table.properties, retain_hours, allow_short_retention, path)
     check_expiry(expire_open_after)
-    journal = Journal(spark, journal_at, create=False)
+    journal = Journal(journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     hours = _protected(path, table.sink_id, table.journal_path, hours, now)
     statuses = journal.transactions(sink_id, table_path=path)
@@ -287,7 +287,7 @@ def plan_vacuum(
 
 def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     """Carry out a plan: expire, delete the masked rows, journal, then VACUUM the files."""
-    journal = Journal(spark, plan.journal_path, create=False)
+    journal = Journal(plan.journal_path, create=False)
     prefix = f"vacuum {plan.table_path}"
     targets, skipped = list(plan.targets), list(plan.skipped_txn_ids)
     if plan.expired:

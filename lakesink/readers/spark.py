@@ -185,7 +185,7 @@ class CommittedViews:
                 show_cut(spark, cut_view, cut.checkpoint_id)
                 self._shown[cut.group_id] = (table, cut_view, cut.checkpoint_id)
             create_committed_view(
-                spark, table.path, table.sink_id, table.schema.fieldNames(), cut_view=cut_view
+                spark, table.path, table.sink_id, table.columns, cut_view=cut_view
             )
 
     def refresh(self) -> None:
@@ -207,7 +207,7 @@ def create_pending_view(
     once they are committed or vacuumed, it is empty.
     """
     where = pending_txn_rows(txn_ids).sql()
-    _create_view(spark, view_name, table.path, table.schema.fieldNames(), where)
+    _create_view(spark, view_name, table.path, table.columns, where)
 
 
 def _create_view(
@@ -231,6 +231,6 @@ def transaction_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[st
     return (
         spark.read.format("delta")
         .load(table.path)
-        .where(pending_txn_rows(txn_ids).column())
-        .select(*[F.col(quote_identifier(name)) for name in table.schema.fieldNames()])
+        .where(pending_txn_rows(txn_ids).sql())
+        .select(*[F.col(quote_identifier(name)) for name in table.columns])
     )

@@ -1,4 +1,5 @@
-"""A job's checkpoint store as a Delta table: one append-only row per completed checkpoint.
+"""A job's checkpoint store as a Delta table: one append-only row per completed checkpoint,
+read and appended through delta-rs.
 
 The table lives at ``STATE_DIR/checkpoints`` (format: ``lakesink.tables.format``), next to
 the lock files of the jobs that use it (``STATE_DIR/JOB.lock``).
@@ -10,8 +11,6 @@ import json
 from datetime import timezone
 from pathlib import Path
 from typing import Any
-
-from pyspark.sql import SparkSession
 
 from lakesink.core import CheckpointRecord, CheckpointStore, Quarantined
 from lakesink.errors import TableNotFoundError
@@ -58,7 +57,6 @@ class DeltaCheckpointStore(CheckpointStore):
     """The checkpoint table under ``state_dir``.
 
     Args:
-        spark: A Delta-ready session.
         state_dir: The jobs' state folder.
         create: Create the table (and folder) if missing; otherwise a missing table is an
             error naming the folder.
@@ -70,10 +68,7 @@ class DeltaCheckpointStore(CheckpointStore):
             rewrites an older one).
     """
 
-    def __init__(
-        self, spark: SparkSession, state_dir: str, *, create: bool = True, at: str | None = None
-    ) -> None:
-        self.spark = spark
+    def __init__(self, state_dir: str, *, create: bool = True, at: str | None = None) -> None:
         self.state_dir = normalize(state_dir)
         self.path = at or checkpoints_path(state_dir)
         if at is None and _migration_cut_short(state_dir) and not is_delta_table(self.path):

@@ -31,7 +31,6 @@ import pyarrow.fs as fs
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFoundError
-from pyspark.sql.types import StructType
 
 from lakesink.errors import TableNotFoundError
 from lakesink.storage.access import translated
@@ -158,13 +157,13 @@ def read_sink_table_log(path: str, *, version: int | None = None) -> tuple[SinkT
     """The lakesink sink table at ``path`` (as of ``version``), checked, from its log; and
     the delta-rs table to read it with. No Spark job, no JVM.
 
-    Raises: as ``lakesink.tables.format.read_sink_table``; TableNotFoundError also for a
-    version the table does not have.
+    Raises: as ``lakesink.tables.format.check_sink_table``; TableNotFoundError also for no
+    Delta table there, or a version the table does not have.
     """
     missing = f"no Delta table at {path}; pass the folder of a lakesink table"
     table = _open(path, missing, version)
     metadata = table.metadata()
-    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    schema = json.loads(table.schema().to_json())
     found = sink_table(path, metadata.configuration, metadata.partition_columns, schema)
     return found, table
 

@@ -1,6 +1,8 @@
 """The lakesink table format, all in one place: hidden columns, which rows are committed or
 pending (``RowFilter``, in each engine's form), properties, format versions, and where each
-sink table's published table is.
+sink table's published table is. It imports no engine: what a table holds is stated in
+Delta's own terms (its JSON schema, properties, partition values), and a sink table is
+created and its columns added through Spark in ``lakesink.delta.table``.
 
 Four kinds of Delta table carry it:
 
@@ -65,24 +67,20 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from lakesink.errors import (
     ConfigurationError,
     FormatVersionError,
-    ReservedColumnError,
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.spark.sql import delta_path, quote_identifier, string_literal
-from lakesink.storage.files import has_files, is_delta_table, remove_folder
-from lakesink.storage.location import is_uri, join, relative_to_parent, resolve_relative
+from lakesink.spark.sql import string_literal
+from lakesink.storage.files import has_files, remove_folder
+from lakesink.storage.location import join, relative_to_parent, resolve_relative
 
 __all__ = [
     "CHECKPOINTS_FORMAT",
@@ -114,18 +112,14 @@ __all__ = [
     "CommitMode",
     "RowFilter",
     "SinkTable",
-    "check_columns",
     "check_commit_mode",
     "check_format",
     "check_new_folder",
-    "check_partition_columns",
     "check_sink_table",
     "commit_metadata",
-    "ensure_sink_table",
     "format_version",
     "pending_txn_rows",
     "published_path",
-    "read_sink_table",
     "recorded_journal",
     "sink_table",
     "user_columns",
@@ -139,10 +133,11 @@ HIDDEN_PREFIX = "_lakesink_"
 VISIBLE = "_lakesink_visible"  # the masking bit: false while pending, true once committed
 PENDING = "_lakesink_pending"  # the transaction id while pending, NULL once committed
 CHECKPOINT_ID = "_lakesink_checkpoint_id"  # the checkpoint that published a row, where needed
-HIDDEN_FIELDS = (
-    StructField(VISIBLE, BooleanType(), False),
-    StructField(PENDING, StringType(), True),
-    StructField(CHECKPOINT_ID, LongType(), True),
+# In Delta's JSON schema form (a table's schemaString), which every engine's types come from.
+HIDDEN_FIELDS: tuple[dict[str, Any], ...] = (
+    {"name": VISIBLE, "type": "boolean", "nullable": False, "metadata": {}},
+    {"name": PENDING, "type": "string", "nullable": True, "metadata": {}},
+    {"name": CHECKPOINT_ID, "type": "long", "nullable": True, "metadata": {}},
 )
 # A sink table's first partition columns; the user's own follow them.
 LAKESINK_PARTITIONS = (VISIBLE, PENDING)
@@ -237,11 +232,16 @@ class SinkTable:
     sink_id: str
     journal_path: str
     format_version: int
-    schema: StructType  # the user's columns only
+    fields: tuple[dict[str, Any], ...]  # the user's columns only, in Delta's JSON form
     partition_by: tuple[str, ...] = ()  # the user's partition columns
     properties: Mapping[str, str] = field(default_factory=dict)  # all the table's properties
     commit_mode: CommitMode = "merge"  # how its rows are published (lakesink.commitMode)
     published: bool = True  # whether lakesink keeps its published table (lakesink.published)
+
+    @property
+    def columns(self) -> list[str]:
+        """The names of the user's columns, in order."""
+        return [f["name"] for f in self.fields]
 
     @property
     def published_path(self) -> str:
@@ -284,38 +284,24 @@ def commit_metadata(operation: str, sink_id: str, **detail: object) -> str:
     return json.dumps({"lakesink": operation, "sink_id": sink_id, **detail}, sort_keys=True)
 
 
-def read_sink_table(spark: SparkSession, path: str) -> SinkTable:
-    """The lakesink sink table at ``path``, checked.
-
-    Raises:
-        TableNotFoundError: No Delta table there, or one lakesink did not write.
-        FormatVersionError: It was written in another format (an older one names the
-            migration).
-        SchemaMismatchError: It lacks a hidden column or lakesink's partitioning.
-    """
-    detail = _detail(spark, path)
-    if detail is None:
-        raise TableNotFoundError(f"no Delta table at {path}; pass the folder of a lakesink table")
-    properties, partitions = detail
-    return sink_table(path, properties, partitions, spark.read.format("delta").load(path).schema)
-
-
 def sink_table(
-    path: str, properties: Mapping[str, str], partitions: Sequence[str], schema: StructType
+    path: str, properties: Mapping[str, str], partitions: Sequence[str], schema: Mapping[str, Any]
 ) -> SinkTable:
-    """The sink table that a Delta table's properties, partitioning and schema describe.
+    """The sink table that a Delta table's properties, partitioning and schema (Delta's JSON
+    form) describe.
 
     What any reader of the table's metadata (Spark's or delta-rs's) builds it from.
 
-    Raises: as ``read_sink_table``.
+    Raises: as ``check_sink_table``.
     """
-    version = check_sink_table(path, properties, partitions, schema.fieldNames())
+    columns = [f["name"] for f in schema["fields"]]
+    version = check_sink_table(path, properties, partitions, columns)
     return SinkTable(
         path=path,
         sink_id=properties[SINK_ID_PROPERTY],
         journal_path=resolve_relative(path, properties.get(JOURNAL_PROPERTY, "")),
         format_version=version,
-        schema=user_fields(schema),
+        fields=tuple(user_fields(schema)),
         partition_by=tuple(partitions[len(LAKESINK_PARTITIONS) :]),
         properties=dict(properties),
         commit_mode=check_commit_mode(
@@ -333,15 +319,20 @@ def check_sink_table(
     Any reader's check (Spark's or another engine's): its properties, partition columns
     and column names.
 
-    Raises: as ``read_sink_table``; ConfigurationError for a table whose files are not in
-    its partitions' folders (random file prefixes, column mapping).
+    Raises:
+        TableNotFoundError: Not a table lakesink wrote.
+        FormatVersionError: It was written in another format (an older one names the
+            migration).
+        SchemaMismatchError: It lacks a hidden column or lakesink's partitioning.
+        ConfigurationError: Its files are not in its partitions' folders (random file
+            prefixes, column mapping).
     """
     if SINK_ID_PROPERTY not in properties:
         raise TableNotFoundError(
             f"the Delta table at {path} is not a lakesink table (no {SINK_ID_PROPERTY} property)"
         )
     version = check_format(properties, path, "table", TABLE_FORMAT, oldest=OLDEST_TABLE_FORMAT)
-    missing = [f.name for f in HIDDEN_FIELDS if f.name not in columns]
+    missing = [f["name"] for f in HIDDEN_FIELDS if f["name"] not in columns]
     if missing:
         raise SchemaMismatchError(
             f"the table at {path} lacks hidden column(s) {', '.join(missing)}"
@@ -366,222 +357,15 @@ def check_sink_table(
     return version
 
 
-def ensure_sink_table(
-    spark: SparkSession,
-    path: str,
-    *,
-    sink_id: str,
-    schema: StructType | None,
-    journal: str,
-    partition_by: tuple[str, ...] | None = None,
-    merge_schema: bool = False,
-    commit_mode: CommitMode | None = None,
-    published: bool | None = None,
-) -> tuple[SinkTable, bool]:
-    """Create the sink table or check the existing one; return it and whether it was created.
-
-    A table is created after its journal (``journal``), if that does not exist yet.
-    ``partition_by`` names user columns to partition a new table by (after lakesink's own
-    partition columns); given for an existing table, it must be the table's. With
-    ``merge_schema``, the nullable columns ``schema`` adds to an existing table are added
-    to it (one Delta commit that changes only its metadata). ``commit_mode`` and whether
-    lakesink keeps a published table (``published``) are recorded for a new table (default
-    ``merge``, kept); given for an existing one, each must be the table's.
-
-    Raises:
-        ConfigurationError: The table belongs to another sink or journal, is partitioned
-            otherwise or commits the other way; or ``partition_by`` names a column the
-            schema lacks.
-        TableNotFoundError: No table and no ``schema``, or a folder that holds other files.
-        SchemaMismatchError: ``schema`` differs from the table's (every difference named).
-    """
-    if schema is not None:
-        check_reserved(schema, "the schema")
-    if is_delta_table(path):
-        try:
-            table = read_sink_table(spark, path)
-        except TableNotFoundError as exc:
-            raise ConfigurationError(f"{exc}; give the sink a new path") from None
-        if table.sink_id != sink_id:
-            raise ConfigurationError(
-                f"the table at {path} belongs to sink id {table.sink_id!r}, not {sink_id!r}"
-            )
-        if table.journal_path != journal:
-            raise ConfigurationError(
-                f"the table at {path} is journaled in {table.journal_path}, not {journal}; "
-                "pass journal_path= with the recorded journal"
-            )
-        if schema is not None:
-            table = _evolve(spark, table, schema, merge_schema)
-        if partition_by is not None and tuple(partition_by) != table.partition_by:
-            raise ConfigurationError(
-                f"the table at {path} is partitioned by "
-                f"{', '.join(table.partition_by) or 'no user column'}, not "
-                f"{', '.join(partition_by) or 'no user column'}; a table's partitioning is "
-                "fixed when it is created: omit partition_by or pass the table's"
-            )
-        if commit_mode is not None and commit_mode != table.commit_mode:
-            raise ConfigurationError(
-                f"the table at {path} commits by {table.commit_mode} ({COMMIT_MODE_PROPERTY}), "
-                f"not by {commit_mode}: omit commit= to commit its way, or switch the table "
-                f"while no writer runs: ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                f"('{COMMIT_MODE_PROPERTY}' = '{commit_mode}')"
-            )
-        if published is not None and published != table.published:
-            keeps = "keeps" if table.published else "does not keep"
-            raise ConfigurationError(
-                f"the table at {path} {keeps} a published table ({PUBLISHED_PROPERTY}): omit "
-                "published= to keep the table's way, or switch it: ALTER TABLE "
-                f"delta.`{path}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = "
-                f"'{str(published).lower()}')"
-            )
-        return table, False
-    if schema is None:
-        raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
-    partition_by = tuple(partition_by or ())
-    check_partition_columns(partition_by, schema)
-    if check_new_folder(path, "the sink's table") and is_uri(path):
-        # Delta's createIfNotExists takes a folder that lists anything for a table. A store
-        # that keeps emptied folders (SeaweedFS) still lists _delta_log/ once its objects
-        # are gone; Hadoop's S3A deletes the folder itself, as it made it.
-        _delete_with_hadoop(spark, join(path, "_delta_log"))
-    # The journal first: a crash before the table is made leaves a journal (a shared one
-    # holds other sinks' events anyway), which the next open finds; the other way round
-    # it would leave a table without its journal.
-    from lakesink.tables.deltars import ensure_log_table  # it builds on this module
-
-    ensure_log_table(
-        journal, schema=JOURNAL_SCHEMA, version=JOURNAL_FORMAT, what="journal", create=True
-    )
-    from delta.tables import DeltaTable
-
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(StructType([*HIDDEN_FIELDS, *schema.fields]))
-        .partitionedBy(*LAKESINK_PARTITIONS, *partition_by)
-        .property(SINK_ID_PROPERTY, sink_id)
-        .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
-        .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
-        .property(COMMIT_MODE_PROPERTY, commit_mode or "merge")
-        .property(PUBLISHED_PROPERTY, str(published is not False).lower())
-        .property(PARTITION_VALUES_IN_FILES, str(bool(partition_by)).lower())
-        # Auto-compaction would rewrite pending partitions under a publish, which would
-        # then conflict and start again (lakesink.delta.publish); lakesink compacts
-        # committed rows only.
-        .property("delta.autoOptimize.autoCompact", "false")
-        .execute()
-    )
-    log.info("created lakesink table %s for sink %r", path, sink_id)
-    table = SinkTable(
-        path=path,
-        sink_id=sink_id,
-        journal_path=journal,
-        format_version=TABLE_FORMAT,
-        schema=schema,
-        partition_by=partition_by,
-        commit_mode=commit_mode or "merge",
-        published=published is not False,
-    )
-    return table, True
-
-
-def _evolve(spark: SparkSession, table: SinkTable, schema: StructType, merge: bool) -> SinkTable:
-    """The table once the columns ``schema`` adds are added (``merge``), or refused.
-
-    Raises:
-        SchemaMismatchError: ``schema`` drops a column or changes a type (named); or adds
-            columns without ``merge``, or adds one that is not nullable.
-    """
-    known = set(table.schema.fieldNames())
-    added = [f for f in schema.fields if f.name not in known]
-    names = ", ".join(f.name for f in added)
-    if not merge or not added:
-        try:
-            check_columns(schema, table.schema, what="the given schema")
-        except SchemaMismatchError as exc:
-            hint = f"; to add {names} to the table, pass merge_schema=True" if added else ""
-            raise SchemaMismatchError(f"{exc}{hint}") from None
-        return table
-    kept = StructType([f for f in schema.fields if f.name in known])
-    check_columns(kept, table.schema, what="the given schema")  # dropped or retyped columns
-    required = [f.name for f in added if not f.nullable]
-    if required:
-        raise SchemaMismatchError(
-            f"new column(s) {', '.join(required)} of the table at {table.path} are NOT NULL: "
-            "the rows already in it have no value for them; add them as nullable columns"
-        )
-    columns = ", ".join(f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in added)
-    spark.sql(f"ALTER TABLE {delta_path(table.path)} ADD COLUMNS ({columns})")
-    log.info("added column(s) %s to the lakesink table %s", names, table.path)
-    return read_sink_table(spark, table.path)
-
-
-def check_partition_columns(partition_by: tuple[str, ...], schema: StructType) -> None:
-    """Refuse partition columns the schema lacks, named twice, or of a type Delta refuses.
-
-    Raises:
-        ConfigurationError: naming each such column.
-    """
-    types = {f.name: f.dataType for f in schema.fields}
-    unknown = [c for c in partition_by if c not in types]
-    if unknown:
-        raise ConfigurationError(
-            f"partition_by names column(s) {', '.join(unknown)} the schema lacks "
-            f"(its columns: {', '.join(types)})"
-        )
-    if len(set(partition_by)) != len(partition_by):
-        raise ConfigurationError(f"partition_by names a column twice: {', '.join(partition_by)}")
-    nested = [c for c in partition_by if types[c].typeName() in ("struct", "array", "map")]
-    if nested:
-        raise ConfigurationError(
-            f"partition_by column(s) {', '.join(nested)} are not of a simple type; Delta "
-            "partitions by strings, numbers, dates, timestamps and booleans"
-        )
-
-
 def user_columns(names: Iterable[str]) -> list[str]:
     """The user's columns among a sink table's column names: all but the hidden ones."""
     return [name for name in names if not name.startswith(HIDDEN_PREFIX)]
 
 
-def user_fields(schema: StructType) -> StructType:
-    """The user's columns of a sink table's schema: every column but the hidden ones."""
-    return StructType([schema[name] for name in user_columns(schema.fieldNames())])
-
-
-def check_reserved(schema: StructType, what: str) -> None:
-    """Refuse user columns named like the hidden ones (any case)."""
-    reserved = [f.name for f in schema.fields if f.name.lower().startswith(HIDDEN_PREFIX)]
-    if reserved:
-        raise ReservedColumnError(
-            f"{what} has column(s) {', '.join(reserved)}: names starting with "
-            f"{HIDDEN_PREFIX!r} are reserved for lakesink's hidden columns; rename them"
-        )
-
-
-def check_columns(actual: StructType, expected: StructType, *, what: str) -> None:
-    """Raise naming every missing, extra and wrongly typed column (nullability aside)."""
-    check_reserved(actual, what)
-    have = {f.name: f.dataType for f in actual.fields}
-    want = {f.name: f.dataType for f in expected.fields}
-    problems = []
-    missing = [name for name in want if name not in have]
-    extra = [name for name in have if name not in want]
-    if missing:
-        problems.append(f"missing {', '.join(missing)}")
-    if extra:
-        problems.append(f"extra {', '.join(extra)}")
-    for name in want:
-        if name in have and have[name] != want[name]:
-            problems.append(
-                f"{name} is {have[name].simpleString()}, expected {want[name].simpleString()}"
-            )
-    if problems:
-        raise SchemaMismatchError(
-            f"{what} does not match the sink's schema: {'; '.join(problems)} "
-            f"(expected: {expected.simpleString()})"
-        )
+def user_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The user's columns of a sink table's schema (Delta's JSON form): every column but
+    the hidden ones."""
+    return [f for f in schema["fields"] if not f["name"].startswith(HIDDEN_PREFIX)]
 
 
 # ------------------------------------------------------------------ which rows
@@ -613,14 +397,6 @@ class RowFilter:
             else f"{prefix}{c} = {literal(v)}"
             for c, v in self.terms
         )
-
-    def column(self) -> Column:
-        """A Spark ``Column``."""
-        terms = [
-            F.col(c).isin(list(v)) if isinstance(v, tuple) else F.col(c) == F.lit(v)
-            for c, v in self.terms
-        ]
-        return reduce(lambda a, b: a & b, terms)
 
     def partition_filters(self) -> list[tuple[str, str, str | list[str]]]:
         """delta-rs' file pruning filters, values spelled as the Delta log spells them."""
@@ -658,16 +434,6 @@ def pending_txn_rows(txn_ids: str | Iterable[str]) -> RowFilter:
 
 
 # ------------------------------------------------------------------ internals
-
-
-def _detail(spark: SparkSession, path: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
-    """The properties and partition columns of the Delta table at ``path``, or None."""
-    if not is_delta_table(path):
-        return None
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()
-    if detail is None:
-        return {}, ()
-    return dict(detail["properties"] or {}), tuple(detail["partitionColumns"] or ())
 
 
 def recorded_journal(journal: str, table: str) -> str:
@@ -717,11 +483,6 @@ _UPGRADES = {
         "records; run it while the job is stopped)"
     ),
 }
-
-
-def _delete_with_hadoop(spark: SparkSession, folder: str) -> None:
-    jvm_path = spark._jvm.org.apache.hadoop.fs.Path(folder)  # type: ignore[union-attr]
-    jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(jvm_path, True)
 
 
 def check_new_folder(path: str, what: str) -> bool:

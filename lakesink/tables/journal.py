@@ -14,9 +14,9 @@ transaction's rows.
 
 Two folds, one rule: ``fold_events`` turns a sink's events into ``TransactionStatus``
 records (read with delta-rs, no Spark job: recovery, the vacuum and ``lakesink status``
-use it), and ``fold`` does the same in Spark SQL, with more columns, as a DataFrame for
-the audit to join with the table's history. ``tests/test_journal_fold.py`` checks that
-they agree.
+use it), and ``lakesink.delta.journal.fold`` does the same in Spark SQL, with more
+columns, as a DataFrame for the audit to join with the table's history.
+``tests/test_journal_fold.py`` checks that they agree.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Protocol, TypedDict
-
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
 from lakesink.errors import ConfigurationError
@@ -50,7 +47,6 @@ __all__ = [
     "TransactionStatus",
     "check_owner",
     "default_journal_path",
-    "fold",
     "fold_events",
     "read_transactions",
     "transaction_fields",
@@ -272,55 +268,15 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> list[TransactionStatus]:
     return sorted(statuses, key=lambda s: (s.checkpoint_id, s.txn_id))
 
 
-def fold(events: DataFrame) -> DataFrame:
-    """One row per transaction of the events: its state, times, counts and last report.
-
-    Columns: ``sink_id, txn_id, checkpoint_id, writer_id, state, opened_at, updated_at,
-    pre_committed_at, committed_at, aborted_at, held_at, row_count, attempts, states,
-    vacuumed, last_error, last_validation``.
-    """
-    rank = F.create_map(*[F.lit(x) for s in TxnState for x in (s.value, s.rank)])
-    state, at = F.col("state"), F.col("event_time")
-
-    def first_time(of: TxnState) -> Column:
-        return F.min(F.when(state == of.value, at))
-
-    def latest(column: str) -> Column:
-        return F.max_by(column, F.when(F.col(column).isNotNull(), at))
-
-    return events.groupBy("sink_id", "txn_id").agg(
-        F.first("checkpoint_id").alias("checkpoint_id"),
-        F.first("writer_id").alias("writer_id"),
-        F.max_by("state", F.struct(rank[state], at, F.col("attempt"))).alias("state"),
-        F.min(at).alias("opened_at"),
-        F.max(at).alias("updated_at"),
-        first_time(TxnState.PRE_COMMITTED).alias("pre_committed_at"),
-        first_time(TxnState.COMMITTED).alias("committed_at"),
-        first_time(TxnState.ABORTED).alias("aborted_at"),
-        first_time(TxnState.HELD).alias("held_at"),
-        F.max("row_count").alias("row_count"),
-        F.max("attempt").alias("attempts"),
-        F.collect_set("state").alias("states"),
-        F.bool_or(
-            (state == TxnState.ABORTED.value)
-            & F.coalesce(F.col("detail"), F.lit("")).startswith(VACUUMED_PREFIX)
-        ).alias("vacuumed"),
-        latest("error").alias("last_error"),
-        latest("validation").alias("last_validation"),
-    )
-
-
 class Journal:
-    """Read and append journal events in the Delta table at ``path``.
+    """Read and append journal events in the Delta table at ``path`` (through delta-rs).
 
     Args:
-        spark: A Delta-ready session.
         path: The journal table's folder.
         create: Create the table if it is missing; otherwise a missing journal is an error.
     """
 
-    def __init__(self, spark: SparkSession, path: str, *, create: bool = True) -> None:
-        self.spark = spark
+    def __init__(self, path: str, *, create: bool = True) -> None:
         self.path = normalize(path)
         ensure_log_table(
             self.path,
@@ -336,13 +292,6 @@ class Journal:
         append_rows(self.path, [e.as_row() for e in entries])
         for entry in entries:
             log.debug("journal: %s", entry)
-
-    def events(self, *, version: int | None = None) -> DataFrame:
-        """Every event (as of a Delta ``version`` of the journal, if given)."""
-        reader = self.spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        return reader.load(self.path)
 
     def transactions(
         self, sink_id: str, *, writer_id: str | None = None, table_path: str | None = None

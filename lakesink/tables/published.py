@@ -61,6 +61,7 @@ from lakesink.tables.format import (
     VISIBLE,
     commit_metadata,
     published_path,
+    user_fields,
 )
 from lakesink.tables.history import (
     commit_actions,
@@ -216,7 +217,7 @@ def _since(sink_path: str, mirrored: int, target: int) -> _Changes:
                 if adds.pop(path, None) is None:
                     removes[path] = action["remove"]
             elif "metaData" in action:
-                fields = _user_fields_of(json.loads(action["metaData"]["schemaString"]))
+                fields = user_fields(json.loads(action["metaData"]["schemaString"]))
             elif "commitInfo" in action:
                 lakesink = _lakesink_metadata(action["commitInfo"])
                 sink_id = lakesink.get("sink_id", sink_id)
@@ -356,12 +357,7 @@ def _lakesink_metadata(info: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _user_fields(sink: DeltaTable) -> list[dict[str, Any]]:
-    return _user_fields_of(json.loads(sink.schema().to_json()))
-
-
-def _user_fields_of(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The user's columns of a sink table's schema (Delta's JSON form)."""
-    return [f for f in schema["fields"] if not f["name"].startswith(HIDDEN_PREFIX)]
+    return user_fields(json.loads(sink.schema().to_json()))
 
 
 def _create(path: str, fields: list[dict[str, Any]]) -> None:

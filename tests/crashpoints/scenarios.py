@@ -258,7 +258,7 @@ def two_table(lake: str, mode: str) -> None:
         sinks["totals"].write(_rows(spark, range(batch, batch + 1), "total"))
         return orders.count()
 
-    store = DeltaCheckpointStore(spark, _join(lake, "state"))
+    store = DeltaCheckpointStore(_join(lake, "state"))
     with CheckpointCoordinator(store, job_id="crash", sinks=sinks) as job:
         job.run(source, process, pacing=Pacing(max_items=1))
 

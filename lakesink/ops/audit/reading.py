@@ -25,13 +25,15 @@ from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
 from lakesink.core.validation import ValidationReport
+from lakesink.delta.journal import fold, journal_events
+from lakesink.delta.table import read_sink_table
 from lakesink.errors import LakesinkError
 from lakesink.ops.audit.records import AuditSnapshot, Phase, TransactionAudit, ValidationFailure
 from lakesink.storage.location import normalize
 from lakesink.tables.deltars import pending_rows
-from lakesink.tables.format import VISIBLE, read_sink_table
+from lakesink.tables.format import VISIBLE
 from lakesink.tables.history import HistoryEntry, first_versions, read_history, table_version
-from lakesink.tables.journal import Journal, fold
+from lakesink.tables.journal import Journal
 
 __all__ = ["committed_rows", "failed_validations", "snapshot", "table_history", "timeline"]
 
@@ -56,7 +58,7 @@ def snapshot(spark: SparkSession, table_path: str, *, attempts: int = 20) -> Aud
     """
     table_path = normalize(table_path)
     sink_table = read_sink_table(spark, table_path)
-    journal = Journal(spark, sink_table.journal_path, create=False)
+    journal = Journal(sink_table.journal_path, create=False)
     journal.transactions(sink_table.sink_id, table_path=table_path)  # the table's own journal
 
     # Each log's newest version from a listing, no Spark job: every read after it asks for
@@ -175,11 +177,8 @@ def failed_validations(spark: SparkSession, snap: AuditSnapshot) -> tuple[Valida
 
 
 def _events(spark: SparkSession, snap: AuditSnapshot) -> DataFrame:
-    return (
-        spark.read.format("delta")
-        .option("versionAsOf", snap.journal_version)
-        .load(snap.journal_path)
-        .where(F.col("sink_id") == snap.sink_id)
+    return journal_events(spark, snap.journal_path, version=snap.journal_version).where(
+        F.col("sink_id") == snap.sink_id
     )
 
 
