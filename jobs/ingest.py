@@ -202,7 +202,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             "the files that arrive there), or pass the right --landing"
         )
 
-    from lakesink.delta.sink import DeltaSink, SinkOptions
+    from lakesink.delta.options import SinkOptions
+    from lakesink.delta.sink import DeltaSink
     from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
     from lakesink.streaming import StreamingSink
 

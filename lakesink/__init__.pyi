@@ -6,8 +6,8 @@ from lakesink.core import TransactionHolder as TransactionHolder
 from lakesink.core import TransactionTimeout as TransactionTimeout
 from lakesink.core import TwoPhaseCommitSink as TwoPhaseCommitSink
 from lakesink.core import TxnState as TxnState
+from lakesink.delta.options import SinkOptions as SinkOptions
 from lakesink.delta.sink import DeltaSink as DeltaSink
-from lakesink.delta.sink import SinkOptions as SinkOptions
 from lakesink.errors import AlreadyRunningError as AlreadyRunningError
 from lakesink.errors import AuditFailedError as AuditFailedError
 from lakesink.errors import CheckpointOrderError as CheckpointOrderError

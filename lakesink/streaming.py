@@ -35,7 +35,8 @@ from pyspark.sql.types import StructType
 
 from lakesink.core import current_step_hook
 from lakesink.core.microbatch import MicroBatchDriver
-from lakesink.delta.sink import DeltaSink, SinkOptions
+from lakesink.delta.options import SinkOptions
+from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.ops.metrics import MetricsExport, sink_registry
 from lakesink.storage.hadoop import delete_tree, folder_listing
@@ -155,7 +156,7 @@ class StreamingSink:
             step_hook=current_step_hook(),
         )
         self._metrics = metrics if metrics is not None and metrics.enabled else None
-        self._committer: _Committer | None = _Committer(self) if listen else None
+        self._listener: _CommitListener | None = _CommitListener(self) if listen else None
 
     @property
     def sinks(self) -> Mapping[str, DeltaSink]:
@@ -179,9 +180,9 @@ class StreamingSink:
 
     def close(self) -> None:
         """Commit what Spark recorded, stop listening, close the sinks (releasing them)."""
-        committer, self._committer = self._committer, None
-        if committer is not None:
-            committer.stop()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
         self._driver.close()
         self._export_metrics()
 
@@ -249,7 +250,7 @@ def _check_is_the_querys(spark: SparkSession, checkpoint_location: str, batch_id
         )
 
 
-class _Committer(StreamingQueryListener):
+class _CommitListener(StreamingQueryListener):
     """Commits what Spark recorded, in a thread of its own, each time a batch is reported.
 
     ``onQueryProgress`` comes after the batch's commit log entry, on Spark's listener

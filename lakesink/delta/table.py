@@ -121,44 +121,78 @@ def ensure_sink_table(
             table = read_sink_table(spark, path)
         except TableNotFoundError as exc:
             raise ConfigurationError(f"{exc}; give the sink a new path") from None
-        if table.sink_id != sink_id:
-            raise ConfigurationError(
-                f"the table at {path} belongs to sink id {table.sink_id!r}, not {sink_id!r}"
-            )
-        if table.journal_path != journal:
-            raise ConfigurationError(
-                f"the table at {path} is journaled in {table.journal_path}, not {journal}; "
-                "pass journal_path= with the recorded journal"
-            )
+        _check_owner(table, sink_id, journal)
         if schema is not None:
             table = _evolve(spark, table, schema, merge_schema)
-        if partition_by is not None and tuple(partition_by) != table.partition_by:
-            raise ConfigurationError(
-                f"the table at {path} is partitioned by "
-                f"{', '.join(table.partition_by) or 'no user column'}, not "
-                f"{', '.join(partition_by) or 'no user column'}; a table's partitioning is "
-                "fixed when it is created: omit partition_by or pass the table's"
-            )
-        if commit_mode is not None and commit_mode != table.commit_mode:
-            raise ConfigurationError(
-                f"the table at {path} commits by {table.commit_mode} ({COMMIT_MODE_PROPERTY}), "
-                f"not by {commit_mode}: omit commit= to commit its way, or switch the table "
-                f"while no writer runs: ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                f"('{COMMIT_MODE_PROPERTY}' = '{commit_mode}')"
-            )
-        if published is not None and published != table.published:
-            keeps = "keeps" if table.published else "does not keep"
-            raise ConfigurationError(
-                f"the table at {path} {keeps} a published table ({PUBLISHED_PROPERTY}): omit "
-                "published= to keep the table's way, or switch it: ALTER TABLE "
-                f"delta.`{path}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = "
-                f"'{str(published).lower()}')"
-            )
+        _check_settings(table, partition_by, commit_mode, published)
         return table, False
     if schema is None:
         raise TableNotFoundError(f"no Delta table at {path}: pass schema= to create one there")
-    partition_by = tuple(partition_by or ())
-    check_partition_columns(partition_by, schema)
+    table = SinkTable(
+        path=path,
+        sink_id=sink_id,
+        journal_path=journal,
+        format_version=TABLE_FORMAT,
+        fields=tuple(schema.jsonValue()["fields"]),
+        partition_by=tuple(partition_by or ()),
+        commit_mode=commit_mode or "merge",
+        published=published is not False,
+    )
+    _create(spark, table, schema)
+    return table, True
+
+
+def _check_owner(table: SinkTable, sink_id: str, journal: str) -> None:
+    """Refuse a table that another sink writes, or that another journal records."""
+    if table.sink_id != sink_id:
+        raise ConfigurationError(
+            f"the table at {table.path} belongs to sink id {table.sink_id!r}, not {sink_id!r}"
+        )
+    if table.journal_path != journal:
+        raise ConfigurationError(
+            f"the table at {table.path} is journaled in {table.journal_path}, not {journal}; "
+            "pass journal_path= with the recorded journal"
+        )
+
+
+def _check_settings(
+    table: SinkTable,
+    partition_by: tuple[str, ...] | None,
+    commit_mode: CommitMode | None,
+    published: bool | None,
+) -> None:
+    """Refuse settings given for an existing table that are not the table's, each with how
+    to go on."""
+    path = table.path
+    if partition_by is not None and tuple(partition_by) != table.partition_by:
+        raise ConfigurationError(
+            f"the table at {path} is partitioned by "
+            f"{', '.join(table.partition_by) or 'no user column'}, not "
+            f"{', '.join(partition_by) or 'no user column'}; a table's partitioning is "
+            "fixed when it is created: omit partition_by or pass the table's"
+        )
+    if commit_mode is not None and commit_mode != table.commit_mode:
+        raise ConfigurationError(
+            f"the table at {path} commits by {table.commit_mode} ({COMMIT_MODE_PROPERTY}), "
+            f"not by {commit_mode}: omit commit= to commit its way, or switch the table "
+            f"while no writer runs: ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+            f"('{COMMIT_MODE_PROPERTY}' = '{commit_mode}')"
+        )
+    if published is not None and published != table.published:
+        keeps = "keeps" if table.published else "does not keep"
+        raise ConfigurationError(
+            f"the table at {path} {keeps} a published table ({PUBLISHED_PROPERTY}): omit "
+            "published= to keep the table's way, or switch it: ALTER TABLE "
+            f"delta.`{path}` SET TBLPROPERTIES ('{PUBLISHED_PROPERTY}' = "
+            f"'{str(published).lower()}')"
+        )
+
+
+def _create(spark: SparkSession, table: SinkTable, schema: StructType) -> None:
+    """Create the sink table ``table`` describes (its user columns: ``schema``), after its
+    journal."""
+    path = table.path
+    check_partition_columns(table.partition_by, schema)
     if check_new_folder(path, "the sink's table") and is_uri(path):
         # Delta's createIfNotExists takes a folder that lists anything for a table. A store
         # that keeps emptied folders (SeaweedFS) still lists _delta_log/ once its objects
@@ -168,37 +202,30 @@ def ensure_sink_table(
     # holds other sinks' events anyway), which the next open finds; the other way round
     # it would leave a table without its journal.
     ensure_log_table(
-        journal, schema=JOURNAL_SCHEMA, version=JOURNAL_FORMAT, what="journal", create=True
+        table.journal_path,
+        schema=JOURNAL_SCHEMA,
+        version=JOURNAL_FORMAT,
+        what="journal",
+        create=True,
     )
     (
         DeltaTable.createIfNotExists(spark)
         .location(path)
         .addColumns(StructType([*_fields(HIDDEN_FIELDS), *schema.fields]))
-        .partitionedBy(*LAKESINK_PARTITIONS, *partition_by)
-        .property(SINK_ID_PROPERTY, sink_id)
-        .property(JOURNAL_PROPERTY, recorded_journal(journal, path))
+        .partitionedBy(*LAKESINK_PARTITIONS, *table.partition_by)
+        .property(SINK_ID_PROPERTY, table.sink_id)
+        .property(JOURNAL_PROPERTY, recorded_journal(table.journal_path, path))
         .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
-        .property(COMMIT_MODE_PROPERTY, commit_mode or "merge")
-        .property(PUBLISHED_PROPERTY, str(published is not False).lower())
-        .property(PARTITION_VALUES_IN_FILES, str(bool(partition_by)).lower())
+        .property(COMMIT_MODE_PROPERTY, table.commit_mode)
+        .property(PUBLISHED_PROPERTY, str(table.published).lower())
+        .property(PARTITION_VALUES_IN_FILES, str(bool(table.partition_by)).lower())
         # Auto-compaction would rewrite pending partitions under a publish, which would
         # then conflict and start again (lakesink.delta.publish); lakesink compacts
         # committed rows only.
         .property("delta.autoOptimize.autoCompact", "false")
         .execute()
     )
-    log.info("created lakesink table %s for sink %r", path, sink_id)
-    table = SinkTable(
-        path=path,
-        sink_id=sink_id,
-        journal_path=journal,
-        format_version=TABLE_FORMAT,
-        fields=tuple(schema.jsonValue()["fields"]),
-        partition_by=partition_by,
-        commit_mode=commit_mode or "merge",
-        published=published is not False,
-    )
-    return table, True
+    log.info("created lakesink table %s for sink %r", path, table.sink_id)
 
 
 def _evolve(spark: SparkSession, table: SinkTable, schema: StructType, merge: bool) -> SinkTable:

@@ -24,7 +24,8 @@ from pyspark.sql import SparkSession
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.checkpointing import GlobalCommitter
 from lakesink.core.recovery import check_resolvable
-from lakesink.delta.sink import DeltaSink, DeltaTransaction, SinkOptions
+from lakesink.delta.options import SinkOptions
+from lakesink.delta.sink import DeltaSink, DeltaTransaction
 from lakesink.delta.table import read_sink_table
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status

@@ -101,8 +101,6 @@ def spark_session(
     if existing is not None:
         _check_delta(existing)
         return existing
-    from delta import configure_spark_with_delta_pip
-
     # spark-submit starts the JVM first and hands the master over; do not override it.
     launching = "PYSPARK_GATEWAY_PORT" not in os.environ
     master = master or os.environ.get(MASTER_ENV) or ("local[*]" if launching else None)
@@ -115,18 +113,9 @@ def spark_session(
     conf, packages = _with_storage(
         dict(conf or {}), list(packages), storage, launching=launching, local_jvm=local_jvm
     )
-    delta_class_path = _delta_class_path(ivy_dir) if local_jvm else None
-    if delta_class_path:
-        _extend(conf, "spark.driver.extraClassPath", delta_class_path, os.pathsep)
     if metastore_url:
         builder = _network_metastore(builder, metastore_url, ivy_dir, conf)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    if delta_class_path:
-        if packages:
-            builder = builder.config("spark.jars.packages", ",".join(packages))
-    else:
-        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+    builder = _with_jars(builder, conf, packages, ivy_dir, local_jvm=local_jvm)
     if launching:
         _launch_driver_jvm(builder, jvm_output)
     with _callers_sigint_kept():
@@ -209,6 +198,30 @@ def _with_storage(
         _extend(conf, "spark.jars", storage.spark_jars(), ",")
     log.info("object storage: %r", storage)  # its repr hides the secrets
     return conf, packages
+
+
+def _with_jars(
+    builder: SparkSession.Builder,
+    conf: dict[str, str],
+    packages: list[str],
+    ivy_dir: str | None,
+    *,
+    local_jvm: bool,
+) -> SparkSession.Builder:
+    """The builder with ``conf`` and the jars: for a local JVM Delta's on the driver's class
+    path (from the Ivy cache), else Delta's package with the others."""
+    from delta import configure_spark_with_delta_pip
+
+    delta_class_path = _delta_class_path(ivy_dir) if local_jvm else None
+    if delta_class_path:
+        _extend(conf, "spark.driver.extraClassPath", delta_class_path, os.pathsep)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    if not delta_class_path:
+        return configure_spark_with_delta_pip(builder, extra_packages=packages)
+    if packages:
+        builder = builder.config("spark.jars.packages", ",".join(packages))
+    return builder
 
 
 def _launch_driver_jvm(
