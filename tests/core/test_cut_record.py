@@ -166,3 +166,20 @@ def test_a_sink_added_to_a_group_joins_its_newest_cut_where_it_stands():
     group.start(sinks).close()
     joined = group.cuts()[-2]  # then the restart's own cut
     assert joined == (1, {"orders": 1, "totals": 1, "returns": 1})
+
+
+def test_only_the_global_committer_records_cuts():
+    """One path publishes a group's checkpoint and records its cut: a second caller of
+    record_cut would be a second global committer, with its own order of steps."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "lakesink"
+    callers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "record_cut"
+    )
+    assert callers == ["core/checkpointing.py"]
