@@ -37,7 +37,7 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
-from lakesink.tables.cuts import DeltaCutStore, cuts_path, group_cut
+from lakesink.tables.cuts import DeltaCutStore, cuts_path, group_cut, read_versions
 from lakesink.tables.format import VISIBLE
 from lakesink.tables.history import table_version
 
@@ -224,7 +224,9 @@ def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
         with DeltaSink.open(spark, path, schema=SCHEMA, view_name=f"v_{Path(path).name}") as s:
             s.write(spark.createDataFrame([(1, "x")], SCHEMA))
             s.notify_checkpoint_complete(s.prepare_commit())
-    # Neither is in a group: each at its latest version, together too.
+    # Neither is in a group: each at its latest version, together too, both versions
+    # taken before either is read.
+    assert read_versions([a, b]) == {a: table_version(a), b: table_version(b)}
     first, second = lakesink.committed(spark, a, b)
     assert first.count() == second.count() == 1
     with pytest.raises(ConfigurationError, match="version= reads one table"):
