@@ -32,11 +32,12 @@ import pytest
 from pyspark.sql import functions as F
 
 import lakesink
-from lakesink.core import step_hook
+from lakesink.core import CheckpointCoordinator, step_hook
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
+from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, group_cut, read_versions
 from lakesink.tables.format import VISIBLE
 from lakesink.tables.history import table_version
@@ -219,18 +220,41 @@ def test_a_cut_names_every_table_of_the_group_at_its_version(spark, stream, lake
 
 
 def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
-    a, b = (str(tmp_path / name) for name in ("a", "b"))
-    for path in (a, b):
+    """Two groups (two jobs of two tables each) and two tables of none: a group's tables
+    are read together at its cut; a table of another group, or of none, beside them is
+    refused (no one cut holds them); tables of no group are read together, each version
+    taken before either is read."""
+    rows = spark.createDataFrame([(1, "x")], SCHEMA)
+    store = DeltaCheckpointStore(str(tmp_path / "state"))
+    groups = {}
+    for job in ("a", "b"):
+        sinks = {
+            n: DeltaSink(spark, str(tmp_path / f"{job}{n}"), schema=SCHEMA, view_name=f"v_{job}{n}")
+            for n in ("1", "2")
+        }
+        with CheckpointCoordinator(store, job_id=job, sinks=sinks) as coordinator:
+            for sink in sinks.values():
+                sink.write(rows)
+            coordinator.trigger_checkpoint(None)
+        groups[job] = [sink.path for sink in sinks.values()]
+    alone = [str(tmp_path / name) for name in ("c", "d")]
+    for path in alone:
         with DeltaSink.open(spark, path, schema=SCHEMA, view_name=f"v_{Path(path).name}") as s:
-            s.write(spark.createDataFrame([(1, "x")], SCHEMA))
+            s.write(rows)
             s.notify_checkpoint_complete(s.prepare_commit())
-    # Neither is in a group: each at its latest version, together too, both versions
-    # taken before either is read.
-    assert read_versions([a, b]) == {a: table_version(a), b: table_version(b)}
-    first, second = lakesink.committed(spark, a, b)
+
+    assert [t.num_rows for t in lakesink.arrow(*groups["a"])] == [1, 1]  # one group: its cut
+    for mixed in ([groups["a"][0], groups["b"][0]], [groups["b"][1], alone[0]]):
+        with pytest.raises(ConfigurationError, match="are not all of one group"):
+            lakesink.committed(spark, *mixed)
+        with pytest.raises(ConfigurationError, match="are not all of one group"):
+            lakesink.arrow(*mixed)
+    c, d = alone
+    assert read_versions([c, d]) == {c: table_version(c), d: table_version(d)}
+    first, second = lakesink.committed(spark, c, d)
     assert first.count() == second.count() == 1
     with pytest.raises(ConfigurationError, match="version= reads one table"):
-        lakesink.committed(spark, a, b, version=1)
+        lakesink.committed(spark, c, d, version=1)
 
 
 def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_the_cut(
