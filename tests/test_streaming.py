@@ -196,7 +196,7 @@ def test_two_tables_are_committed_together_and_a_failed_validation_aborts_the_ba
     assert len(done) == 2 and len(aborted) == 1 and sorted(done + aborted) == [0, 1, 2]
 
 
-def test_a_continuous_query_publishes_each_batch_soon_after_spark_records_it(
+def test_a_continuous_query_publishes_each_batch_once_spark_records_it_not_at_the_next(
     spark, tmp_path, record_property
 ):
     landing, table, chk = tmp_path / "landing", tmp_path / "orders", str(tmp_path / "chk")
@@ -223,7 +223,9 @@ def test_a_continuous_query_publishes_each_batch_soon_after_spark_records_it(
         finally:
             query.stop()
 
-    assert visible_while_running == [15]  # the listener committed them, not the close
+    # The last batch has no next one to commit it, and the close has not run: the
+    # listener committed it.
+    assert visible_while_running == [15]
     # From Spark's commit log entry (its file's time) to the journal's committed event.
     journal = Journal(default_journal_path(str(table)), create=False)
     committed_at = {
@@ -235,6 +237,8 @@ def test_a_continuous_query_publishes_each_batch_soon_after_spark_records_it(
     latencies = [
         (committed_at[b] - _mtime(commit_log / str(b))).total_seconds() for b in committed_at
     ]
+    # Never before Spark recorded it (the record decides the commit); how soon after is a
+    # figure for the record, not a timed assertion.
     assert all(latency >= 0 for latency in latencies)
     record_property(
         "figures", "commit log to visible: " + ", ".join(f"{s:.1f} s" for s in latencies)
