@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 import threading
-import time
 from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
@@ -586,43 +585,43 @@ def test_the_pre_commit_and_the_merge_write_their_rows_unsorted(spark, table, tm
 
 def test_threads_sharing_a_session_take_turns_to_set_its_conf(spark):
     """A commit's tag (userMetadata) stays its own while another thread's commit waits."""
-    key, inside, seen, order = "spark.lakesink.test.tag", threading.Event(), {}, []
+    key = "spark.lakesink.test.tag"
 
-    # Each block reads its setting after it has waited as long as a statement may run;
-    # without the turns, the other thread's block would have set or removed it by then.
-    def first() -> None:
+    def run_both(second_session, *, turns: bool) -> list[str]:
+        """A block on ``spark`` in this thread, and one on ``second_session`` in another,
+        started while the first runs; the order they ran in."""
+        trying, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+        seen: dict[str, str | None] = {}
+        order: list[str] = []
+
+        def second() -> None:
+            trying.set()
+            with session_conf(second_session, {key: "second"}):
+                order.append("second in")
+                second_in.set()
+                # Read once the first block has set and put back its own setting.
+                assert first_done.wait(timeout=60)
+                seen["second"] = second_session.conf.get(key, None)
+
+        thread = threading.Thread(target=second)
         with session_conf(spark, {key: "first"}):
-            inside.set()
-            time.sleep(0.5)
+            thread.start()
+            assert trying.wait(timeout=60)
+            # Taking turns, the second block cannot begin while this one runs: it is
+            # waited for a while (what a broken lock needs to show), never synchronised on.
+            # Without turns, it begins now.
+            assert second_in.wait(timeout=2 if turns else 60) is not turns
             seen["first"] = spark.conf.get(key, None)
             order.append("first done")
-
-    def second(session) -> None:
-        inside.wait()
-        with session_conf(session, {key: "second"}):
-            order.append("second in")
-            time.sleep(1.0)
-            seen["second"] = session.conf.get(key, None)
-
-    def run_both(second_session) -> list[str]:
-        inside.clear()
-        seen.clear()
-        order.clear()
-        threads = [
-            threading.Thread(target=first),
-            threading.Thread(target=second, args=(second_session,)),
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        first_done.set()
+        thread.join(timeout=60)
         assert seen == {"first": "first", "second": "second"}
         return order
 
-    assert run_both(spark) == ["first done", "second in"]
+    assert run_both(spark, turns=True) == ["first done", "second in"]
     assert spark.conf.get(key, None) is None  # both put back
     # A session of its own (spark.newSession()) has its own conf, and does not wait.
-    assert run_both(spark.newSession()) == ["second in", "first done"]
+    assert run_both(spark.newSession(), turns=False) == ["second in", "first done"]
 
 
 def test_empty_dataframe_commits_nothing_and_fails_nothing(spark, table):
