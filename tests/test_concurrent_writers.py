@@ -6,7 +6,9 @@ machines are: on S3 nothing but the store's conditional writes keeps their Delta
 apart). Each commits checkpoints of its own order ids, and once aborts a transaction of
 "poison" ids (written, then the sink closed before its checkpoint). Meanwhile this process
 runs the vacuum over the table again and again: it deletes aborted rows and compacts the
-committed partition and the journal while both writers append and commit.
+committed partition and the journal while both writers append and commit. Each writer
+goes on after its abort only once a vacuum run has begun since (a marker file each way),
+so the vacuum's removal lands between the writer's commits, as the table's log shows.
 
 How the test knows nothing was lost or duplicated: at the end the committed rows are
 exactly the ids of every checkpoint the writers reported committed, each once; no poison
@@ -31,6 +33,7 @@ from lakesink.ops.audit import audit_table, raise_on_failures
 from lakesink.ops.status import sink_status
 from lakesink.ops.vacuum import vacuum
 from lakesink.storage.location import join
+from lakesink.tables.history import read_history
 
 pytestmark = pytest.mark.slow
 
@@ -42,10 +45,10 @@ WRITERS = {"a": 1_000, "b": 2_000}  # each writer's first order id
 POISON = 9_000  # only ever in aborted transactions
 
 WRITER = """
-import sys
+import os, sys, time
 from lakesink import spark_session
 from lakesink.delta.sink import DeltaSink
-table, writer, first, checkpoints, rows, poison, commit = sys.argv[1:8]
+table, writer, first, checkpoints, rows, poison, commit, signals = sys.argv[1:9]
 first, checkpoints, rows, poison = int(first), int(checkpoints), int(rows), int(poison)
 spark = spark_session(master="local[1]", conf={"spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1"})
@@ -66,6 +69,13 @@ for k in range(checkpoints):
         sink.close()
         print("aborted", flush=True)
         sink = open_sink()
+        # Wait until the test's vacuum has run since the abort: its removal then lands
+        # between this writer's commits.
+        open(os.path.join(signals, "aborted-" + writer), "w").close()
+        deadline = time.monotonic() + 600
+        while not os.path.exists(os.path.join(signals, "go-" + writer)):
+            assert time.monotonic() < deadline, "no vacuum ran after the abort"
+            time.sleep(0.1)
 sink.close()
 """
 
@@ -80,7 +90,7 @@ def test_two_writer_processes_and_a_racing_vacuum_keep_every_row_once(spark, lak
         w: subprocess.Popen(
             [sys.executable, "-c", WRITER, table, w]
             + [str(n) for n in (first, CHECKPOINTS, ROWS, POISON + first)]
-            + [commit],
+            + [commit, str(tmp_path)],
             stdout=subprocess.PIPE,
             stderr=logs[w],
             text=True,
@@ -88,12 +98,14 @@ def test_two_writer_processes_and_a_racing_vacuum_keep_every_row_once(spark, lak
         )
         for w, first in WRITERS.items()
     }
-    vacuums, removed = 0, 0
+    removed = 0
     try:
         deadline = time.monotonic() + 900
         while any(p.poll() is None for p in writers.values()) and time.monotonic() < deadline:
-            report = vacuum(spark, table, compact_min_files=2)
-            vacuums, removed = vacuums + 1, removed + report.rows_removed
+            aborted = [w for w in WRITERS if (tmp_path / f"aborted-{w}").exists()]
+            removed += vacuum(spark, table, compact_min_files=2).rows_removed
+            for w in aborted:  # this run began after the abort: the writer goes on
+                (tmp_path / f"go-{w}").touch()
             time.sleep(VACUUM_PAUSE_S)
     finally:
         for process in writers.values():
@@ -119,7 +131,14 @@ def test_two_writer_processes_and_a_racing_vacuum_keep_every_row_once(spark, lak
     raw = spark.read.format("delta").load(table)
     assert raw.where(f"order_id >= {POISON}").count() == 0, "aborted rows were left behind"
     assert removed == len(WRITERS) * ROWS
-    assert vacuums >= 2, "the vacuum did not race the writers"
+    # The race, from the table's log: a change the vacuum made (its DELETE of aborted
+    # rows, a compaction) landed between two of the writers' commits.
+    history = read_history(table)
+    writes = [e.version for e in history if e.lakesink in ("write", "commit")]
+    by_vacuum = [e.version for e in history if e.lakesink in ("vacuum", "compact")]
+    assert any(writes[0] < v < writes[-1] for v in by_vacuum), (
+        f"the vacuum did not race the writers: its versions {by_vacuum}, theirs {writes}"
+    )
 
     status = sink_status(table)
     for w in WRITERS:
