@@ -347,7 +347,16 @@ def test_two_writers_into_one_checkpoint(spark, table, commit):
 
 
 def test_commit_while_another_writer_keeps_appending(spark, table, commit):
-    committer = open_sink(spark, table, writer_id="committer", commit=commit)
+    """An append of another writer lands while a commit runs (the commit waits at its
+    start until one has), and neither loses a row."""
+    commit_began, appended_during = threading.Event(), threading.Event()
+
+    def hold_the_commit(step: str, checkpoint_id: int) -> None:
+        if step == "before_publish":
+            commit_began.set()
+            assert appended_during.wait(timeout=300), "no append came during the commit"
+
+    committer = open_sink(spark, table, writer_id="committer", commit=commit, hook=hold_the_commit)
     appender = open_sink(spark, table, writer_id="appender", commit=commit)
     committer.write(rows(spark, range(0, 100)))
     checkpoint = committer.prepare_commit()
@@ -355,10 +364,12 @@ def test_commit_while_another_writer_keeps_appending(spark, table, commit):
     appended = []
 
     def keep_appending():
+        assert commit_began.wait(timeout=300)
         batch = 1000
         while not stop.is_set():
             appender.write(rows(spark, range(batch, batch + 10)))
             appended.extend(range(batch, batch + 10))
+            appended_during.set()
             batch += 10
 
     thread = threading.Thread(target=keep_appending)
@@ -367,8 +378,10 @@ def test_commit_while_another_writer_keeps_appending(spark, table, commit):
         committer.notify_checkpoint_complete(checkpoint)
     finally:
         stop.set()
+        commit_began.set()  # a commit that failed before its start must not hang the thread
         thread.join()
 
+    assert appended_during.is_set()
     assert visible_ids(spark, table) == list(range(100))
     appender.notify_checkpoint_complete(appender.prepare_commit())
     assert visible_ids(spark, table) == sorted([*range(100), *appended])
