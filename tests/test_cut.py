@@ -32,14 +32,16 @@ import pytest
 from pyspark.sql import functions as F
 
 import lakesink
-from lakesink.core import CheckpointCoordinator, step_hook
+from lakesink.core import CheckpointCoordinator, TxnState, step_hook
+from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
+from lakesink.ops.resolve import resolve_checkpoint
 from lakesink.storage.location import join
 from lakesink.streaming import StreamingSink
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, group_cut, read_versions
-from lakesink.tables.format import VISIBLE
+from lakesink.tables.format import VISIBLE, published_path
 from lakesink.tables.history import table_version
 
 SCHEMA = "order_id BIGINT, customer STRING"
@@ -257,15 +259,9 @@ def test_tables_of_different_groups_are_not_read_at_one_cut(spark, tmp_path):
         lakesink.committed(spark, c, d, version=1)
 
 
-def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_the_cut(
-    spark, tmp_path
-):
-    """As a process: ``lakesink commit`` of one table of a group publishes the held
-    checkpoint in both tables, then records the group's new cut; before it, readers see the
-    group at the cut that left the checkpoint out."""
-    from lakesink.core import TxnState
-    from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
-
+def held_group(spark, tmp_path: Path) -> dict[str, str]:
+    """Two tables of group ``held-group``: checkpoint 1 committed (rows 0-2), checkpoint 2
+    (rows 3-5) held for an operator in both; their paths by sink id."""
     schema = "id BIGINT, item STRING"
     paths = {name: str(tmp_path / name) for name in ("orders", "totals")}
     sinks = {
@@ -280,6 +276,16 @@ def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_t
     for sink in sinks.values():
         sink.withhold(2, TxnState.HELD, "waits for an operator")
         sink.close()
+    return paths
+
+
+def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_the_cut(
+    spark, tmp_path
+):
+    """As a process: ``lakesink commit`` of one table of a group publishes the held
+    checkpoint in both tables, then records the group's new cut; before it, readers see the
+    group at the cut that left the checkpoint out."""
+    paths = held_group(spark, tmp_path)
     before = [t.num_rows for t in lakesink.arrow(paths["orders"], paths["totals"])]
     assert before == [3, 3]
 
@@ -301,3 +307,50 @@ def test_an_operators_commit_of_a_held_two_table_checkpoint_publishes_both_and_t
         # the checkpoint, and the release of its pending files followed.
         assert cut.tables[name].version == table_version(path)
         assert cut.tables[name].version >= lakesink.Table(path).checkpoint(2).version
+
+
+class Killed(BaseException):
+    """The operator's command, killed."""
+
+
+def test_an_operators_commit_killed_between_the_tables_is_finished_by_running_it_again(
+    spark, tmp_path, monkeypatch
+):
+    """Killed after orders was committed and journaled, before its published table was
+    brought up: the command run again settles totals, records the group's cut over both
+    tables and brings both published tables up (it used to settle totals alone: no cut,
+    orders' published table behind). Found by the crash-point enumeration."""
+    paths = held_group(spark, tmp_path)
+    real = DeltaSink._publish
+
+    def killed_before_orders_publish(sink: DeltaSink) -> None:
+        if sink.sink_id == "orders":
+            raise Killed
+        real(sink)
+
+    monkeypatch.setattr(DeltaSink, "_publish", killed_before_orders_publish)
+    with pytest.raises(Killed):
+        resolve_checkpoint(spark, paths["orders"], 2, "commit")
+    monkeypatch.undo()
+    assert lakesink.Table(paths["orders"]).checkpoint(2).state is TxnState.COMMITTED
+    assert lakesink.Table(paths["totals"]).checkpoint(2).state is TxnState.HELD
+    assert len(published_ids(paths["orders"])) == 3  # behind: checkpoint 1 only
+
+    resolve_checkpoint(spark, paths["orders"], 2, "commit")  # the operator, again
+    for path in paths.values():
+        assert sorted(published_ids(path)) == list(range(6))
+    cut = DeltaCutStore(cuts_path(lakesink.Table(paths["orders"]).journal_path)).latest(
+        "held-group"
+    )
+    assert cut is not None and cut.checkpoint_id == 2
+    assert {k: t.version for k, t in cut.tables.items()} == {
+        k: table_version(p) for k, p in paths.items()
+    }
+    assert [t.num_rows for t in lakesink.arrow(paths["orders"], paths["totals"])] == [6, 6]
+
+
+def published_ids(path: str) -> list[int]:
+    """The ids the table's published table holds, read by path with delta-rs."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(published_path(path)).to_pyarrow_table().column("id").to_pylist()

@@ -12,13 +12,13 @@ an operator's ``lakesink commit`` (``lakesink.ops.resolve``) all publish through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from lakesink.core.cut import Cut, form_group, record_cut
+from lakesink.core.cut import Cut, CutMember, form_group, record_cut
 from lakesink.core.protocol import TwoPhaseCommitSink
 from lakesink.core.state import TxnState
-from lakesink.errors import CommitRoundError
+from lakesink.errors import CommitRoundError, ProtocolError
 
 __all__ = ["GlobalCommitter", "pre_commit_all"]
 
@@ -49,11 +49,14 @@ class GlobalCommitter:
     """Publishes a group's checkpoints across its sinks, then records the group's cut.
 
     Args:
-        sinks: The sinks a checkpoint is published in, by key.
+        sinks: The sinks a checkpoint is published in, by key; besides them, tables of the
+            group that are not written here (``CutMember``s alone) are named in its cuts.
         group_id: Names the group in its cuts; None for sinks read one by one (no cut).
     """
 
-    def __init__(self, sinks: Sinks, *, group_id: str | None) -> None:
+    def __init__(
+        self, sinks: Mapping[str, TwoPhaseCommitSink[Any, Any] | CutMember], *, group_id: str | None
+    ) -> None:
         self.sinks = sinks
         self.group_id = group_id
 
@@ -72,6 +75,8 @@ class GlobalCommitter:
         """
         failures: list[tuple[int, BaseException]] = []
         for sink in self.sinks.values():
+            if not isinstance(sink, TwoPhaseCommitSink):
+                continue  # a table of the group that is not written here: in the cut only
             if not [c for c in sink.pending_checkpoint_ids if c <= checkpoint_id]:
                 continue
             try:
@@ -93,13 +98,18 @@ class GlobalCommitter:
         commit: bool,
         reason: str,
         through: int,
+        pending: Collection[str] | None = None,
         done: Callable[[str], None] = lambda key: None,
     ) -> Cut | None:
         """An operator's commit or abort of a checkpoint that its stopped sinks hold
-        (``TwoPhaseCommitSink.resolve``), in every sink (``done`` hears each key); a commit
-        then records the cut, named ``through``: the newest checkpoint the tables show, as
-        the operator's may be older than the group's last cut."""
-        for key, sink in self.sinks.items():
+        (``TwoPhaseCommitSink.resolve``), in the sinks of ``pending`` (default: all; none
+        for a retry of a commit that landed; ``done`` hears each key); a commit then
+        records the cut over every sink, named ``through``: the newest checkpoint the
+        tables show, as the operator's may be older than the group's last cut."""
+        for key in self.sinks if pending is None else pending:
+            sink = self.sinks[key]
+            if not isinstance(sink, TwoPhaseCommitSink):
+                raise ProtocolError(f"{key} is a table of the group, not a sink: it settles none")
             sink.resolve(checkpoint_id, commit=commit, reason=reason)
             done(key)
         return self.record(through) if commit else None

@@ -32,7 +32,7 @@ from lakesink.ops.status import SinkStatus, sink_status
 from lakesink.readers.spark import create_pending_view, transaction_rows
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import is_uri
-from lakesink.tables.cuts import group_cut
+from lakesink.tables.cuts import DeltaCutStore, GroupTable, cuts_path, group_cut
 from lakesink.tables.deltars import read_sink_table_log
 from lakesink.tables.format import CommitMode, check_commit_mode
 from lakesink.tables.journal import Journal, TransactionStatus
@@ -50,6 +50,7 @@ __all__ = [
     "plan_resolution",
     "resolve_checkpoint",
     "revalidate_checkpoint",
+    "settle",
 ]
 
 log = logging.getLogger(__name__)
@@ -240,15 +241,10 @@ def resolve_checkpoint(
     if mode is not None:
         check_commit_mode(mode)  # an unknown mode is refused before anything is read
     plan = plan_resolution(path, checkpoint_id, action)
-    if plan.done:
-        if action == "commit":  # a retry of a commit that landed: its tables' published ones
-            for table in plan.tables.values():
-                if read_sink_table_log(table)[0].published:
-                    publish(table)
-        return list(plan.transactions)
     commit = action == "commit"
     done = (TxnState.COMMITTED if commit else TxnState.ABORTED).value
-    writers = {f"{t.sink_id}/{t.writer_id}": (t.sink_id, t.writer_id) for t in plan.transactions}
+    settling = () if plan.done else plan.transactions
+    writers = {f"{t.sink_id}/{t.writer_id}": (t.sink_id, t.writer_id) for t in settling}
     sinks = {
         key: DeltaSink(
             spark,
@@ -266,13 +262,52 @@ def resolve_checkpoint(
             f"{_rows(t.row_count for t in mine)} rows"
         )
 
-    group = GlobalCommitter(sinks, group_id=plan.cut.group_id if plan.cut else None)
-    through = max(plan.cut.checkpoint_id, checkpoint_id) if plan.cut else checkpoint_id
+    settle(plan, sinks, reason=f"operator {action}", done=settled, progress=progress)
+    return list(plan.transactions)
+
+
+def settle(
+    plan: Resolution,
+    sinks: Mapping[str, DeltaSink],
+    *,
+    reason: str,
+    done: Callable[[str], None] = lambda key: None,
+    progress: Callable[[str], None] = log.info,
+) -> None:
+    """Settle the plan's checkpoint in ``sinks`` (its writers' sinks, none when the plan is
+    done), then, for a commit, what follows it: the group's cut over all its tables, and
+    every published table brought up to date.
+
+    Failure scenarios (the operator runs the command again):
+
+    1. Killed after some tables of the group were committed, before the others: the
+       others are settled now, and the cut and published tables cover the first ones too.
+    2. Killed after every table was committed, before the cut or a published table: the
+       plan is done; the cut is recorded and the published tables brought up to date.
+    """
+    commit = plan.action == "commit"
+    members: dict[str, DeltaSink | GroupTable] = dict(sinks)
+    if plan.cut is not None:  # the group's other tables, as its last cut named them
+        settling = {sink.sink_id for sink in sinks.values()}
+        for key, named in plan.cut.tables.items():
+            if key not in settling:
+                journal = read_sink_table_log(named.location)[0].journal_path
+                members[key] = GroupTable(key, named, DeltaCutStore(cuts_path(journal)))
+    group = GlobalCommitter(members, group_id=plan.cut.group_id if plan.cut else None)
+    through = max(plan.cut.checkpoint_id, plan.checkpoint_id) if plan.cut else plan.checkpoint_id
     if group.resolve(
-        checkpoint_id, commit=commit, reason=f"operator {action}", through=through, done=settled
+        plan.checkpoint_id,
+        commit=commit,
+        reason=reason,
+        through=through,
+        pending=list(sinks),
+        done=done,
     ):
         progress(f"the group's tables are read at its new cut: {', '.join(sorted(plan.tables))}")
-    return list(plan.transactions)
+    if commit:  # what a commit killed before its publish left behind, too
+        for table in plan.tables.values():
+            if read_sink_table_log(table)[0].published:
+                publish(table)
 
 
 def _rows(counts: Iterable[int | None]) -> str:

@@ -39,6 +39,7 @@ from lakesink.tables.history import table_version
 __all__ = [
     "CUTS_NAME",
     "DeltaCutStore",
+    "GroupTable",
     "cut_version",
     "cuts_path",
     "group_cut",
@@ -108,6 +109,29 @@ class DeltaCutStore(CutStore):
             self.path, schema=CUTS_SCHEMA, version=CUTS_FORMAT, what="cuts table", create=True
         )
         return delta_table(self.path)
+
+
+class GroupTable:
+    """A table of a group as it stands, named in the group's cut but not written here: what
+    an operator's commit records beside the tables it settles (``CutMember``)."""
+
+    def __init__(self, key: str, table: CutTable, store: CutStore) -> None:
+        self.cut_key = key
+        self._table = table
+        self._store = store
+
+    def cut_table(self) -> CutTable:
+        return CutTable(table_version(self._table.location), self._table.location,
+                        self._table.writer_id)  # fmt: skip
+
+    def cut_store(self) -> CutStore:
+        return self._store
+
+    def show_cut(self, cut: Cut) -> None:
+        """No views here: a writer of the table points its own at its next cut."""
+
+    def join_group(self, group_id: str) -> None:
+        """Named in the group's cut already."""
 
 
 def newest_cuts(rows: Iterable[Mapping[str, Any]], cuts: str) -> dict[str, Cut]:

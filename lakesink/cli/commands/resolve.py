@@ -61,7 +61,7 @@ def add_parser(commands: Subparsers) -> None:
 
 
 def _resolve(args: argparse.Namespace, out: Output) -> int:
-    from lakesink.ops.resolve import plan_resolution, resolve_checkpoint
+    from lakesink.ops.resolve import plan_resolution, resolve_checkpoint, settle
 
     (table,) = reachable(args.table, write=True)
     # Before Spark: a wrong checkpoint, a running writer, a refused action fail at once,
@@ -70,6 +70,9 @@ def _resolve(args: argparse.Namespace, out: Output) -> int:
     done_word = DONE[args.command]
     rows = "?" if plan.rows is None else plan.rows
     if plan.done:
+        # A retry of a commit that landed: what a kill after it may have left undone (the
+        # group's cut, the published tables), without Spark.
+        settle(plan, {}, reason=f"operator {args.command}")
         out.show(
             {f"already_{done_word}": checkpoint_json(args.checkpoint, plan.transactions)},
             lambda: (
