@@ -108,7 +108,7 @@ def _measure(
     for index in range(checkpoints):
         for sink in sinks.values():
             sink.write(batch(data, index, rows))
-        checkpoint_seconds.append(timed(partial(job.checkpoint, str(index))))
+        checkpoint_seconds.append(timed(partial(job.trigger_checkpoint, str(index))))
     cut_commits = (table_version(cuts) - before) / checkpoints
     a, b = paths["orders"], paths["copies"]
     both = committed(spark, a, b)

@@ -54,7 +54,8 @@ def test_the_job_runs_as_its_own_main_hooked_only_when_asked(tmp_path, marked):
         "checkpoint 1 recorded",
     ]
     found = sorted(p.name for p in markers.iterdir()) if marked else []
-    assert found == (["after_pre_commit@1.1", "after_record@1.1"] if marked else [])
+    steps = ["after_pre_commit@1.1", "after_record@1.1", "after_recovery@0.1"]
+    assert found == (steps if marked else [])
 
 
 def test_the_job_dies_at_the_step_asked(tmp_path):
