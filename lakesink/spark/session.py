@@ -106,9 +106,8 @@ def spark_session(
     master = master or os.environ.get(MASTER_ENV) or ("local[*]" if launching else None)
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
     builder = _builder(app_name, master, ivy_dir, metastore_dir)
-    # Under spark-submit the JVM runs already: its jars came with --packages and --jars
-    # (lakesink jars --s3, --log-store). A local JVM, executors included, reads jars in
-    # place from its class path; executors elsewhere fetch packages.
+    # Under spark-submit the JVM runs already, with its jars (lakesink jars --s3). A local
+    # JVM reads jars in place from its class path; executors elsewhere fetch packages.
     local_jvm = launching and bool(_local_defaults(master or ""))
     conf, packages = _with_storage(
         dict(conf or {}), list(packages), storage, launching=launching, local_jvm=local_jvm
