@@ -286,13 +286,15 @@ def settle(
        plan is done; the cut is recorded and the published tables brought up to date.
     """
     commit = plan.action == "commit"
+    # Each table's log, read once: where its cuts go, and whether it keeps a published table.
+    found = {k: read_sink_table_log(path)[0] for k, path in plan.tables.items()} if commit else {}
     members: dict[str, DeltaSink | GroupTable] = dict(sinks)
-    if plan.cut is not None:  # the group's other tables, as its last cut named them
+    if plan.cut is not None and commit:  # the group's other tables, as its last cut named them
         settling = {sink.sink_id for sink in sinks.values()}
         for key, named in plan.cut.tables.items():
             if key not in settling:
-                journal = read_sink_table_log(named.location)[0].journal_path
-                members[key] = GroupTable(key, named, DeltaCutStore(cuts_path(journal)))
+                store = DeltaCutStore(cuts_path(found[key].journal_path))
+                members[key] = GroupTable(key, named, store)
     group = GlobalCommitter(members, group_id=plan.cut.group_id if plan.cut else None)
     through = max(plan.cut.checkpoint_id, plan.checkpoint_id) if plan.cut else plan.checkpoint_id
     if group.resolve(
@@ -304,10 +306,10 @@ def settle(
         done=done,
     ):
         progress(f"the group's tables are read at its new cut: {', '.join(sorted(plan.tables))}")
-    if commit:  # what a commit killed before its publish left behind, too
-        for table in plan.tables.values():
-            if read_sink_table_log(table)[0].published:
-                publish(table)
+    # What a commit killed before its publish left behind, too.
+    for key, table in found.items():
+        if table.published:
+            publish(plan.tables[key])
 
 
 def _rows(counts: Iterable[int | None]) -> str:
