@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 import lakesink
 from lakesink.core import CheckpointCoordinator, TxnState, step_hook
 from lakesink.core.checkpointing import GlobalCommitter, pre_commit_all
+from lakesink.delta.committer import Committable
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError, TableNotFoundError
 from lakesink.ops.resolve import resolve_checkpoint
@@ -316,24 +317,26 @@ class Killed(BaseException):
 def test_an_operators_commit_killed_between_the_tables_is_finished_by_running_it_again(
     spark, tmp_path, monkeypatch
 ):
-    """Killed after orders was committed and journaled, before its published table was
-    brought up: the command run again settles totals, records the group's cut over both
-    tables and brings both published tables up (it used to settle totals alone: no cut,
-    orders' published table behind). Found by the crash-point enumeration."""
+    """Killed after orders was committed and journaled, before totals' commit (so before
+    any published table was brought up): the command run again settles totals, records
+    the group's cut over both tables and brings both published tables up (it used to
+    settle totals alone: no cut, orders' published table behind). Found by the
+    crash-point enumeration."""
     paths = held_group(spark, tmp_path)
-    real = DeltaSink._publish
+    real = DeltaSink._commit
 
-    def killed_before_orders_publish(sink: DeltaSink) -> None:
-        if sink.sink_id == "orders":
+    def killed_before_totals_commit(sink: DeltaSink, transaction: Committable) -> None:
+        if sink.sink_id == "totals":
             raise Killed
-        real(sink)
+        real(sink, transaction)
 
-    monkeypatch.setattr(DeltaSink, "_publish", killed_before_orders_publish)
+    monkeypatch.setattr(DeltaSink, "_commit", killed_before_totals_commit)
     with pytest.raises(Killed):
         resolve_checkpoint(spark, paths["orders"], 2, "commit")
     monkeypatch.undo()
     assert lakesink.Table(paths["orders"]).checkpoint(2).state is TxnState.COMMITTED
-    assert lakesink.Table(paths["totals"]).checkpoint(2).state is TxnState.HELD
+    # Decided (journaled before the kill), not committed.
+    assert lakesink.Table(paths["totals"]).checkpoint(2).state is TxnState.COMMITTING
     assert len(published_ids(paths["orders"])) == 3  # behind: checkpoint 1 only
 
     resolve_checkpoint(spark, paths["orders"], 2, "commit")  # the operator, again

@@ -17,6 +17,7 @@ from lakesink.core.recovery import RecoveryPlan, plan
 from lakesink.core.source import Batch, Quarantined, Source
 from lakesink.core.state import (
     LoggedTransaction,
+    PreCommit,
     SinkState,
     TransactionHolder,
     TransactionLog,
@@ -37,6 +38,7 @@ __all__ = [
     "Lock",
     "LoggedTransaction",
     "Pacing",
+    "PreCommit",
     "ProcessLock",
     "Quarantined",
     "RecoveryPlan",

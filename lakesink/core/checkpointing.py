@@ -5,7 +5,8 @@ A checkpoint of a driver with several sinks is published in all of them or in no
 transaction, holds or aborts the checkpoint in the others too (totals must not become
 visible without the orders they sum). The ``GlobalCommitter`` then publishes it (Flink
 sink2's global committer): it commits every sink, attempting all before raising the first
-failure, and once all have published, records the group's cut (``lakesink.core.cut``). It
+failure, and once all have published, records the group's cut (``lakesink.core.cut``), and
+last runs each sink's post-commit step (a published table brought up to the cut). It
 is the one path that records cuts: the checkpoint coordinator, the micro-batch driver and
 an operator's ``lakesink commit`` (``lakesink.ops.resolve``) all publish through it.
 """
@@ -74,22 +75,28 @@ class GlobalCommitter:
                 transactions stay pending for the next commit or the restart.
         """
         failures: list[tuple[int, BaseException]] = []
+        committed: list[TwoPhaseCommitSink[Any, Any]] = []
         for sink in self.sinks.values():
             if not isinstance(sink, TwoPhaseCommitSink):
                 continue  # a table of the group that is not written here: in the cut only
             if not [c for c in sink.pending_checkpoint_ids if c <= checkpoint_id]:
                 continue
             try:
-                sink.notify_checkpoint_complete(checkpoint_id)
+                sink.notify_checkpoint_complete(checkpoint_id, post_commit=False)
             except CommitRoundError as exc:
                 failures.extend(exc.failures)
+            else:
+                committed.append(sink)
         if failures:
             raise CommitRoundError(
                 f"checkpoint {checkpoint_id} is complete but {len(failures)} commit(s) failed; "
                 "they stay pending and are retried at the next checkpoint or restart",
                 failures,
             )
-        return self.record(checkpoint_id)
+        cut = self.record(checkpoint_id)
+        for sink in committed:  # what derives from the committed rows follows the cut
+            sink.run_post_commit()
+        return cut
 
     def resolve(
         self,

@@ -11,24 +11,28 @@ Hooks (what an implementation writes):
 ===========================  ===============================================================
 ``_begin_transaction``       open a transaction for a checkpoint id; return a fresh handle
 ``_invoke``                  write a value into the open transaction, invisible to readers
-``_pre_commit``              make it durable; return the verdict (pre-committed, held, aborted)
-``_commit``                  publish a pre-committed transaction (idempotent)
+``_pre_commit``              make it durable; hand over its committable and the verdict
+``_commit``                  publish a committable (idempotent)
 ``_abort``                   make sure a transaction is never published
 ``_hold``                    record that a pre-committed transaction waits for an operator
 ``_decide_commit``           make an operator's decision to commit durable before the commit
 ``_recover_and_commit``      commit a recovered transaction (default: ``_commit``)
 ``_recover_and_abort``       abort a recovered transaction (default: ``_abort``)
 ``_log``                     what the sink's own durable log knows of its transactions
+``_post_commit``             bring up what derives from the committed rows (a published table)
 ``_acquire`` / ``_ready``    before recovery (locks, tables) / after it (views, connections)
 ``_release``                 free what ``_acquire`` took
 ===========================  ===============================================================
 
 Framework methods: ``initialize_state``, ``initialize_from_log``, ``read_log``, ``write``,
-``snapshot_state``, ``verdict``, ``withhold``, ``notify_checkpoint_complete``, ``resolve``,
-``close``, ``state``.
+``snapshot_state``, ``verdict``, ``withhold``, ``notify_checkpoint_complete``,
+``run_post_commit``, ``resolve``, ``close``, ``state``.
 
 The contract an implementation signs:
 
+- From its pre-commit on, a transaction is its *committable* (Flink sink2's): what
+  ``_pre_commit`` handed over is what the snapshot holds, what ``_commit`` publishes and
+  what recovery commits again, in this process or another.
 - ``_commit`` and ``_recover_and_commit`` must be idempotent and must eventually succeed for
   every pre-committed transaction, or data is lost.
 - ``_pre_commit`` must be idempotent too: a failed snapshot may be retried with the same id.
@@ -47,6 +51,7 @@ begun *for* the driver's next checkpoint id, so rows carry it from the moment th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -57,6 +62,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from lakesink.core.recovery import check_resolvable, plan
 from lakesink.core.state import (
     LoggedTransaction,
+    PreCommit,
     SinkState,
     TransactionHolder,
     TransactionLog,
@@ -141,6 +147,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         "verdict",
         "withhold",
         "notify_checkpoint_complete",
+        "run_post_commit",
         "resolve",
         "close",
         "state",
@@ -159,6 +166,7 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         "recover_and_commit",
         "recover_and_abort",
         "log",
+        "post_commit",
         "acquire",
         "ready",
         "release",
@@ -217,17 +225,18 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         """Write ``value`` into the open transaction, invisible to readers."""
 
     @abstractmethod
-    def _pre_commit(self, transaction: TxnT) -> TxnState | None:
+    def _pre_commit(self, transaction: TxnT) -> PreCommit[TxnT]:
         """Make the transaction durable so that a later ``_commit`` cannot fail on data.
 
-        Returns the verdict: ``PRE_COMMITTED`` (or None) to commit it at its checkpoint's
-        completion, ``HELD`` to keep it for an operator, ``ABORTED`` to never publish it.
-        A held or aborted verdict must be durable when this returns.
+        Returns its committable (equal to the handle) and the verdict: ``PRE_COMMITTED``
+        to commit it at its checkpoint's completion, ``HELD`` to keep it for an operator,
+        ``ABORTED`` to never publish it. A held or aborted verdict must be durable when
+        this returns.
         """
 
     @abstractmethod
     def _commit(self, transaction: TxnT) -> None:
-        """Publish a pre-committed transaction. Idempotent; must eventually succeed."""
+        """Publish a committable. Idempotent; must eventually succeed."""
 
     @abstractmethod
     def _abort(self, transaction: TxnT, reason: str) -> None:
@@ -260,6 +269,12 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         default, an empty log, suits a sink that keeps none (Flink's sinks).
         """
         return TransactionLog()
+
+    def _post_commit(self) -> None:
+        """Bring up what derives from the committed rows (a published table): Flink sink2's
+        post-commit step, run once a checkpoint is published (in a group, once its cut is
+        recorded). Derived state only: a failure is the sink's to log, and the next call
+        brings it up. The default does nothing."""
 
     def _acquire(self) -> None:
         """Take what the sink needs before anything else (locks, tables); called once."""
@@ -362,7 +377,14 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 f"belongs to checkpoint {current.checkpoint_id}; snapshot that id"
             )
         log.debug("%s: checkpoint %d, pre-committing %r", self.name, checkpoint_id, current)
-        verdict = self._pre_commit(current.handle) or TxnState.PRE_COMMITTED
+        prepared = self._pre_commit(current.handle)
+        if prepared.committable != current.handle:
+            raise ProtocolError(
+                f"{self.name}: pre_commit of {current.handle!r} handed over "
+                f"{prepared.committable!r}, another transaction's committable"
+            )
+        current = dataclasses.replace(current, handle=prepared.committable)
+        verdict = prepared.verdict
         if verdict is TxnState.PRE_COMMITTED:
             self._pending.append(current)
         elif verdict is TxnState.HELD:
@@ -426,8 +448,10 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
         self._withheld[checkpoint_id] = state
         log.info("%s: checkpoint %d %s: %s", self.name, checkpoint_id, state.value, reason)
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Commit every pending transaction with a checkpoint id up to ``checkpoint_id``.
+    def notify_checkpoint_complete(self, checkpoint_id: int, *, post_commit: bool = True) -> None:
+        """Commit every pending transaction with a checkpoint id up to ``checkpoint_id``,
+        then run the post-commit step (``post_commit=False``: the caller runs it, as a
+        global committer does once the group's cut is recorded).
 
         Scenarios this handles (from Flink's own notes):
 
@@ -484,8 +508,15 @@ class TwoPhaseCommitSink(ABC, Generic[TxnT, InT]):
                 continue
             self._pending.remove(holder)
         self._last_notified = checkpoint_id
+        if post_commit and len(failures) < len(due):
+            self._post_commit()
         if failures:
             self._raise_commit_error(f"checkpoint {checkpoint_id}", failures)
+
+    def run_post_commit(self) -> None:
+        """Run the post-commit step (``_post_commit``) of checkpoints committed with it
+        deferred; a stopped sink an operator committed in runs it too."""
+        self._post_commit()
 
     def resolve(
         self, checkpoint_id: int, *, commit: bool, reason: str

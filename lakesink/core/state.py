@@ -17,6 +17,7 @@ from lakesink.errors import ProtocolError
 
 __all__ = [
     "LoggedTransaction",
+    "PreCommit",
     "SinkState",
     "TransactionHolder",
     "TransactionLog",
@@ -78,6 +79,20 @@ class TransactionHolder(Generic[TxnT]):
     handle: TxnT
     checkpoint_id: int
     started_at_ms: int
+
+
+@dataclass(frozen=True)
+class PreCommit(Generic[TxnT]):
+    """What a pre-commit hands over (Flink sink2's ``prepareCommit``): the transaction's
+    committable, which its commit, a snapshot and recovery take from then on, and the
+    verdict on it.
+
+    The committable is the transaction's handle, or the handle with what its commit needs
+    added (its row count, say); either way equal to the handle: the same transaction.
+    """
+
+    committable: TxnT
+    verdict: TxnState = TxnState.PRE_COMMITTED
 
 
 @dataclass(frozen=True)
@@ -162,7 +177,6 @@ class LoggedTransaction(Generic[TxnT]):
 
     holder: TransactionHolder[TxnT]
     state: TxnState
-    rows: int | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltalake import DeltaTable
@@ -64,7 +64,7 @@ from lakesink.tables.format import (
     writer_app_id,
 )
 from lakesink.tables.history import last_operation
-from lakesink.tables.journal import transaction_fields
+from lakesink.tables.journal import TransactionStatus, transaction_fields
 
 __all__ = [
     "Committable",
@@ -79,15 +79,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class Committable:
-    """One pre-committed transaction, as its commit needs it.
+    """One transaction of a Delta sink: the writer's handle from its beginning, what its
+    pre-commit hands over, what a snapshot and the journal keep, what a committer publishes.
 
     Attributes:
         table: The sink table's location.
         sink_id: The sink the transaction belongs to.
         checkpoint_id: Its checkpoint.
-        txn_id: The transaction (its pending partition).
+        txn_id: The transaction (its pending partition), never reused.
         writer_id: The writer that wrote it.
-        rows: Its rows, if known (none to commit: nothing is committed).
+        rows: Its rows once pre-committed, if known (none: nothing to commit). Not part of
+            its identity: the open transaction and its committable are one transaction.
     """
 
     table: str
@@ -95,7 +97,14 @@ class Committable:
     checkpoint_id: int
     txn_id: str
     writer_id: str
-    rows: int | None = None
+    rows: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, status: TransactionStatus, table: str) -> Committable:
+        """The committable of a transaction as its journal folds it."""
+        return cls(
+            **transaction_fields(status), table=table, sink_id=status.sink_id, rows=status.row_count
+        )
 
     @property
     def metadata(self) -> str:

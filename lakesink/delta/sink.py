@@ -13,10 +13,12 @@
   back), runs the validation gate on them if the sink has one, and journals the verdict.
 - ``_commit`` makes the rows visible with the table's committer (``lakesink.delta.committer``:
   an insert-only MERGE idempotent by Delta's txn version, or a metadata commit), then
-  journals it committed and brings the table's published table up. The decision to commit
+  journals it committed. The decision to commit
   is durable before that: the driver's checkpoint record, or (standalone) the pre-commit
   itself, which recovery always commits; an operator's commit journals it
   (``committing``).
+- ``_post_commit`` brings the table's published table up: after the commit, or in a
+  group after its cut is recorded (``lakesink.core.GlobalCommitter``), and after recovery.
 - ``_abort`` and ``_hold`` journal the transaction aborted or held; its rows stay masked
   (aborted ones until the vacuum job removes them).
 - ``_log`` folds this writer's journal, for recovery.
@@ -34,7 +36,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,7 @@ from lakesink.core import (
     CutStore,
     CutTable,
     LoggedTransaction,
+    PreCommit,
     TransactionHolder,
     TransactionLog,
     TwoPhaseCommitSink,
@@ -113,33 +116,25 @@ if TYPE_CHECKING:
     from lakesink.core.validation import ValidationReport
     from lakesink.spark.validation import ValidationGate
 
-__all__ = ["DeltaSink", "DeltaTransaction"]
+__all__ = ["DeltaSink"]
 
 log = logging.getLogger(__name__)
 
 APPEND_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class DeltaTransaction:
-    """A transaction handle: a fresh id, never reused, and the checkpoint it belongs to."""
-
-    txn_id: str
-    checkpoint_id: int
-    writer_id: str
-
-
 @dataclass
 class _Progress:
-    """What this process knows of one of its transactions, until it leaves the sink."""
+    """The writer's own account of its open transaction (its committable carries what a
+    commit needs once it is pre-committed)."""
 
+    txn_id: str
     appends: int = 0  # appends so far (each append's step in its transaction)
     rows: int | None = 0  # rows appended, as observed; None once a count is unknown
     failure: str | None = None  # an append that failed for good: which rows landed is unknown
-    journaled: bool = False  # its open event is in the journal
 
 
-class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
+class DeltaSink(TwoPhaseCommitSink[Committable, DataFrame]):
     """An exactly-once sink into one Delta table.
 
     Standalone (the sink drives its own checkpoints) open it with ``DeltaSink.open``; in a
@@ -157,7 +152,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         **fields: ``SinkOptions`` fields, instead of or over ``options``.
     """
 
-    handle_type = DeltaTransaction
+    handle_type = Committable
 
     def __init__(
         self,
@@ -213,7 +208,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         # lingering and abort them. The lock (a lease on object storage) is hidden from
         # Delta by its leading underscore.
         self._lock = writer_lock(self.path, self.sink_id, self.writer_id)
-        self._progress: dict[str, _Progress] = {}
+        self._progress: _Progress | None = None  # the open transaction's
+        # Transactions the journal knows (their open event is in): only those have
+        # anything to abort. A transaction leaves it when it is committed or aborted.
+        self._journaled: set[str] = set()
         self.schema: StructType = self._given_schema or StructType()
         self._table: SinkTable | None = None
         self._journal: Journal | None = None
@@ -267,19 +265,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             raise ProtocolError(f"{self.name} has not started: its table is not open yet")
         return self._table
 
-    def transaction_rows(self, transaction: DeltaTransaction) -> DataFrame:
+    def transaction_rows(self, transaction: Committable) -> DataFrame:
         """The transaction's masked rows, user columns only (what a suite audits)."""
         return transaction_rows(self.spark, self.sink_table, [transaction.txn_id])
-
-    def committable(self, transaction: DeltaTransaction) -> Committable:
-        """What this writer hands its committer for a pre-committed transaction."""
-        progress = self._progress.get(transaction.txn_id)
-        return Committable(
-            **transaction_fields(transaction),
-            table=self.path,
-            sink_id=self.sink_id,
-            rows=progress.rows if progress else None,
-        )
 
     # ------------------------------------------------- a table in a group's cut
 
@@ -382,20 +370,19 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return Journal(self.journal_path, create=True)
 
     def _ready(self) -> None:
-        self._publish()  # what recovery (or a crash before) left the published table behind
+        self._post_commit()  # what recovery (or a crash before) left the published table behind
         create_committed_view(self.spark, self.path, self.view_name, self.schema.fieldNames())
 
     def _release(self) -> None:
         self._lock.release()
 
-    def _log(self) -> TransactionLog[DeltaTransaction]:
+    def _log(self) -> TransactionLog[Committable]:
         """This writer's transactions in the journal; ids of every writer of the sink.
 
         Other writers' ids count when they got past open, so writers started together
-        share their checkpoint ids. The row counts of unfinished transactions are kept for
-        their commit.
+        share their checkpoint ids. Each committable carries its row count, for its commit.
         """
-        mine: list[LoggedTransaction[DeltaTransaction]] = []
+        mine: list[LoggedTransaction[Committable]] = []
         last_id = 0
         for status in self.journal.transactions(self.sink_id, table_path=self.path):
             if status.writer_id != self.writer_id:
@@ -403,29 +390,34 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                     last_id = max(last_id, status.checkpoint_id)
                 continue
             last_id = max(last_id, status.checkpoint_id)
-            txn = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
             started_ms = int(status.opened_at.timestamp() * 1000)
-            holder = TransactionHolder(txn, status.checkpoint_id, started_ms)
-            mine.append(LoggedTransaction(holder, status.state, status.row_count))
+            holder = TransactionHolder(
+                Committable.of(status, self.path), status.checkpoint_id, started_ms
+            )
+            mine.append(LoggedTransaction(holder, status.state))
             if not status.state.final:
-                self._progress.setdefault(
-                    txn.txn_id, _Progress(rows=status.row_count, journaled=True)
-                )
+                self._journaled.add(status.txn_id)
         return TransactionLog(tuple(mine), last_id)
 
-    def _begin_transaction(self, checkpoint_id: int) -> DeltaTransaction:
+    def _begin_transaction(self, checkpoint_id: int) -> Committable:
         # Journaled as open only at its first write: a transaction that never wrote has
         # nothing to recover, and a checkpoint then costs no journal commit for it.
-        txn = DeltaTransaction(uuid.uuid4().hex, checkpoint_id, self.writer_id)
-        self._progress[txn.txn_id] = _Progress()
+        txn = Committable(
+            table=self.path,
+            sink_id=self.sink_id,
+            checkpoint_id=checkpoint_id,
+            txn_id=uuid.uuid4().hex,
+            writer_id=self.writer_id,
+        )
+        self._progress = _Progress(txn.txn_id)
         return txn
 
-    def _invoke(self, transaction: DeltaTransaction, value: DataFrame) -> None:
+    def _invoke(self, transaction: Committable, value: DataFrame) -> None:
         progress = self._live(transaction)
         with translated(self.path):
             self._append(transaction, value, progress)
 
-    def _append(self, transaction: DeltaTransaction, value: DataFrame, progress: _Progress) -> None:
+    def _append(self, transaction: Committable, value: DataFrame, progress: _Progress) -> None:
         check_columns(value.schema, self.schema, what="the DataFrame")
         # No column of its own on any row: the transaction is the partition. Only where a
         # reader needs a row's checkpoint and no commit will write it (a table of a group,
@@ -436,9 +428,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             *[F.col(quote_identifier(name)) for name in self.schema.fieldNames()],
         )
         step = progress.appends + 1
-        if not progress.journaled:  # before any row lands, so recovery knows to abort it
-            self.journal.record(self._entry(transaction, TxnState.OPEN))
-            progress.journaled = True
+        if transaction.txn_id not in self._journaled:  # before any row lands: recovery
+            self.journal.record(self._entry(transaction, TxnState.OPEN))  # knows to abort it
+            self._journaled.add(transaction.txn_id)
         # The append names its transaction and its step in the transaction in the commit's
         # userMetadata: what finds it in the log if its answer is lost.
         metadata = self._metadata("write", transaction, step=step)
@@ -480,7 +472,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             remove_staging_log(self.path, transaction.txn_id)
         progress.appends = step
 
-    def _pre_commit(self, transaction: DeltaTransaction) -> TxnState:
+    def _pre_commit(self, transaction: Committable) -> PreCommit[Committable]:
         progress = self._live(transaction)
         if progress.rows is None:
             progress.rows = self.transaction_rows(transaction).count()
@@ -501,7 +493,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 validation=report.to_json() if report else None,
             )
         )
-        progress.journaled = True
+        self._journaled.add(transaction.txn_id)
         log.info(
             "%s: pre-committed checkpoint %d (%d rows)%s",
             self.name,
@@ -509,29 +501,27 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             rows,
             "" if state is TxnState.PRE_COMMITTED else f", {state.value} by validation",
         )
-        return state
+        return PreCommit(replace(transaction, rows=rows), state)
 
-    def _commit(self, transaction: DeltaTransaction) -> None:
-        committable = self.committable(transaction)
+    def _commit(self, transaction: Committable) -> None:
         self._step("before_publish", transaction)
         self._lock.check()
         flipped = 0
-        if committable.rows != 0:
+        if transaction.rows != 0:
 
             def journal_retry(attempt: int, error: str) -> None:
                 self.journal.record(
                     self._entry(transaction, TxnState.COMMITTING, attempt=attempt, error=error)
                 )
 
-            flipped = self.committer.commit(committable, on_retry=journal_retry)
+            flipped = self.committer.commit(transaction, on_retry=journal_retry)
         self._step("after_publish", transaction)
-        rows = committable.rows
         try:
             self.journal.record(
                 self._entry(
                     transaction,
                     TxnState.COMMITTED,
-                    row_count=rows,
+                    row_count=transaction.rows,
                     detail=f"{flipped} rows made visible by this attempt",
                 )
             )
@@ -540,15 +530,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
                 f"{self.name}: checkpoint {transaction.checkpoint_id} is visible, but the "
                 f"journal could not record it ({exc!r}); the next commit or restart records it"
             ) from exc
-        self._progress.pop(transaction.txn_id, None)
-        # Even when this call made no row visible: a commit that landed before a crash
-        # (made again here, idempotently) may have left the published table behind.
-        self._publish()
+        self._journaled.discard(transaction.txn_id)
 
-    def _publish(self) -> None:
-        """Bring the table's published table up to date (if it keeps one); a failure is
-        logged, never raised: the table is derived, and the next open, commit or vacuum
-        brings it up."""
+    def _post_commit(self) -> None:
+        """Bring the table's published table up to date (if it keeps one), even when no
+        row was made visible just now: a commit that landed before a crash (made again,
+        idempotently) may have left it behind. A failure is logged, never raised: the
+        table is derived, and the next open, commit or vacuum brings it up."""
         if not self.sink_table.published:
             return
         try:
@@ -557,38 +545,42 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         except Exception as exc:
             log.warning("%s: the published table is behind the table: %s", self.name, exc)
 
-    def _abort(self, transaction: DeltaTransaction, reason: str) -> None:
-        # Every transaction the journal knows has a record here (``_log`` makes those of
-        # recovered ones): one without, or never journaled, never wrote: nothing to undo.
-        progress = self._progress.pop(transaction.txn_id, None)
-        if progress is None or not progress.journaled:
+    def _abort(self, transaction: Committable, reason: str) -> None:
+        # One the journal does not know never wrote: nothing to undo.
+        if transaction.txn_id not in self._journaled:
             return
+        rows = transaction.rows  # how many rows it leaves masked
+        progress = self._progress
+        if progress is not None and progress.txn_id == transaction.txn_id:  # the open one
+            self._progress = None
+            rows = None if progress.failure else progress.rows  # unknown after a failure
         self.journal.record(
             self._entry(
                 transaction,
                 TxnState.ABORTED,
-                # How many rows it leaves masked; unknown after an append that failed.
-                row_count=None if progress.failure else progress.rows,
+                row_count=rows,
                 detail=f"{reason}; rows kept masked until the vacuum job removes them",
             )
         )
+        self._journaled.discard(transaction.txn_id)
 
-    def _hold(self, transaction: DeltaTransaction, reason: str) -> None:
-        progress = self._progress[transaction.txn_id]  # kept: it may yet be committed or aborted
+    def _hold(self, transaction: Committable, reason: str) -> None:
         self.journal.record(
-            self._entry(transaction, TxnState.HELD, row_count=progress.rows, detail=reason)
+            self._entry(transaction, TxnState.HELD, row_count=transaction.rows, detail=reason)
         )
 
-    def _decide_commit(self, transaction: DeltaTransaction, reason: str) -> None:
+    def _decide_commit(self, transaction: Committable, reason: str) -> None:
         # Neither a checkpoint record nor the journal's pre-commit may make this commit
         # recoverable (a held or uncheckpointed transaction): journal the decision.
         self.journal.record(self._entry(transaction, TxnState.COMMITTING, attempt=1, detail=reason))
 
     # --------------------------------------------------------------- internals
 
-    def _live(self, transaction: DeltaTransaction) -> _Progress:
-        """The open transaction's record; refused after an append that failed for good."""
-        progress = self._progress[transaction.txn_id]
+    def _live(self, transaction: Committable) -> _Progress:
+        """The open transaction's progress; refused after an append that failed for good."""
+        progress = self._progress
+        if progress is None or progress.txn_id != transaction.txn_id:
+            raise ProtocolError(f"{self.name}: {transaction!r} is not the open transaction")
         if progress.failure is not None:
             # Whether its rows landed is unknown: it can neither take more rows nor be
             # pre-committed.
@@ -600,7 +592,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
         return progress
 
     def _verdict(
-        self, transaction: DeltaTransaction, report: ValidationReport
+        self, transaction: Committable, report: ValidationReport
     ) -> tuple[TxnState, str | None]:
         """What a validation report makes of the transaction, under the gate's policy."""
         where = f"{self.name}: checkpoint {transaction.checkpoint_id}"
@@ -616,7 +608,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             return TxnState.HELD, "validation failed; held: lakesink commit or abort it"
         return TxnState.ABORTED, "validation failed; aborted, rows stay masked until vacuumed"
 
-    def _entry(self, transaction: DeltaTransaction, state: TxnState, **extra: Any) -> JournalEntry:
+    def _entry(self, transaction: Committable, state: TxnState, **extra: Any) -> JournalEntry:
         return JournalEntry(
             **transaction_fields(transaction),
             sink_id=self.sink_id,
@@ -626,10 +618,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DataFrame]):
             **extra,
         )
 
-    def _metadata(self, operation: str, transaction: DeltaTransaction, **detail: object) -> str:
+    def _metadata(self, operation: str, transaction: Committable, **detail: object) -> str:
         return commit_metadata(operation, self.sink_id, **transaction_fields(transaction), **detail)
 
-    def _step(self, name: str, transaction: DeltaTransaction) -> None:
+    def _step(self, name: str, transaction: Committable) -> None:
         if self._step_hook is not None:
             self._step_hook(name, transaction.checkpoint_id)
 

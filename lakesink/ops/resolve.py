@@ -24,8 +24,9 @@ from pyspark.sql import SparkSession
 from lakesink.core import Cut, LoggedTransaction, TransactionHolder, TxnState
 from lakesink.core.checkpointing import GlobalCommitter
 from lakesink.core.recovery import check_resolvable
+from lakesink.delta.committer import Committable
 from lakesink.delta.options import SinkOptions
-from lakesink.delta.sink import DeltaSink, DeltaTransaction
+from lakesink.delta.sink import DeltaSink
 from lakesink.delta.table import read_sink_table
 from lakesink.errors import AlreadyRunningError, UnknownCheckpointError
 from lakesink.ops.status import SinkStatus, sink_status
@@ -149,7 +150,7 @@ def plan_resolution(
                 cut=cut,
             )
         raise _nothing_pending(status, checkpoint_id)
-    check_resolvable([_logged(t) for t in found], commit=action == "commit")
+    check_resolvable([_logged(t, tables[t.sink_id]) for t in found], commit=action == "commit")
     for sink_id, writer_id in sorted({(t.sink_id, t.writer_id) for t in found}):
         lock = writer_lock(tables[sink_id], sink_id, writer_id)
         if lock.is_held():
@@ -356,6 +357,6 @@ def revalidate_checkpoint(
     return results
 
 
-def _logged(status: TransactionStatus) -> LoggedTransaction[DeltaTransaction]:
-    handle = DeltaTransaction(status.txn_id, status.checkpoint_id, status.writer_id)
+def _logged(status: TransactionStatus, table: str) -> LoggedTransaction[Committable]:
+    handle = Committable.of(status, table)
     return LoggedTransaction(TransactionHolder(handle, status.checkpoint_id, 0), status.state)

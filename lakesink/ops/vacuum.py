@@ -82,7 +82,6 @@ from lakesink.tables.journal import (
     VACUUMED_PREFIX,
     Journal,
     TransactionStatus,
-    transaction_fields,
 )
 from lakesink.tables.published import oldest_shown, publish
 
@@ -304,9 +303,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
         skipped.extend(late)
     again = committer(plan.commit_mode, spark)
     for s in plan.unpublished:
-        again.commit(
-            Committable(**transaction_fields(s), table=plan.table_path, sink_id=plan.sink_id)
-        )
+        again.commit(Committable.of(s, plan.table_path))
     rows = _remove_rows(spark, journal, plan, targets) if targets else 0
     for txn_id in plan.staging_logs:
         remove_staging_log(plan.table_path, txn_id)

@@ -14,7 +14,13 @@ from lakesink.core.coordinator import CheckpointRecord, CheckpointStore
 from lakesink.core.cut import Cut, CutStore, CutTable
 from lakesink.core.protocol import Clock, TransactionTimeout, TwoPhaseCommitSink
 from lakesink.core.source import Batch, Quarantined, Source
-from lakesink.core.state import LoggedTransaction, TransactionHolder, TransactionLog, TxnState
+from lakesink.core.state import (
+    LoggedTransaction,
+    PreCommit,
+    TransactionHolder,
+    TransactionLog,
+    TxnState,
+)
 from lakesink.errors import AlreadyRunningError, LeaseLostError
 
 __all__ = [
@@ -50,6 +56,8 @@ class MemoryStore:
     target: dict[str, list[object]] = field(default_factory=dict)
     log: dict[str, tuple[int, TxnState]] = field(default_factory=dict)
     cuts: list[Cut] = field(default_factory=list)  # what a group of its sinks recorded
+    # Each post-commit step: the transactions visible then, and the newest cut's checkpoint.
+    post_commits: list[tuple[int, int | None]] = field(default_factory=list)
 
     def visible(self) -> list[object]:
         return sorted((v for values in self.target.values() for v in values), key=str)
@@ -109,14 +117,14 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
             self._record(transaction, TxnState.OPEN)
         self.store.staged[transaction.name].append(value)
 
-    def _pre_commit(self, transaction: MemoryTxn) -> TxnState:
+    def _pre_commit(self, transaction: MemoryTxn) -> PreCommit[MemoryTxn]:
         if self.fail_writes:
             raise OSError("store not writable")
         verdict = TxnState.PRE_COMMITTED
         if self.verdicts:
             verdict = self.verdicts.get(_checkpoint(transaction), verdict)
         self._record(transaction, verdict)
-        return verdict
+        return PreCommit(transaction, verdict)
 
     def _commit(self, transaction: MemoryTxn) -> None:
         if self.fail_commits:
@@ -146,6 +154,10 @@ class MemorySink(TwoPhaseCommitSink[MemoryTxn, object]):
             for name, (checkpoint_id, state) in self.store.log.items()
         )
         return TransactionLog(found, max((t.holder.checkpoint_id for t in found), default=0))
+
+    def _post_commit(self) -> None:
+        cut = self.store.cuts[-1].checkpoint_id if self.store.cuts else None
+        self.store.post_commits.append((len(self.store.target), cut))
 
     def _record(self, transaction: MemoryTxn, state: TxnState) -> None:
         if self.logged:

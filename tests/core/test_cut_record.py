@@ -105,6 +105,26 @@ def test_a_crash_between_the_publishes_keeps_the_previous_cut_until_the_restart(
     assert group.cuts()[-1] == (2, {"orders": 2, "totals": 2})
 
 
+def test_a_groups_sinks_run_their_post_commit_step_once_its_cut_is_recorded():
+    group = Group()
+    with group.start() as job:
+        checkpoint(job, "a")
+        checkpoint(job, "b")
+    for store in group.stores.values():  # (transactions visible, the newest cut) each time
+        assert store.post_commits == [(1, 1), (2, 2)]
+
+
+def test_a_sink_alone_runs_its_post_commit_step_at_its_commit():
+    store = MemoryStore()
+    sink = MemorySink(store)
+    sink.initialize_state()
+    sink.write("a")
+    sink.snapshot_state(1)
+    assert store.post_commits == []
+    sink.notify_checkpoint_complete(1)
+    assert store.post_commits == [(1, None)]
+
+
 def test_a_sink_alone_records_no_cut():
     store = MemoryStore()
     with CheckpointCoordinator(

@@ -9,12 +9,19 @@ pyspark here: ``pytest -m "not spark"`` runs these where pyspark is not installe
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 
 import pytest
 
-from lakesink.core import SinkState, TransactionTimeout, TwoPhaseCommitSink, TxnState
+from lakesink.core import (
+    PreCommit,
+    SinkState,
+    TransactionTimeout,
+    TwoPhaseCommitSink,
+    TxnState,
+)
 from lakesink.errors import (
     CheckpointOrderError,
     CommitRoundError,
@@ -613,3 +620,69 @@ def test_a_standalone_sink_recovers_from_its_log_alone(store):
     assert restored.held_checkpoint_ids == [2]
     assert store.log["txn-3@4"] == (4, TxnState.ABORTED)
     assert restored.current_checkpoint_id == 5  # above every id its log knows
+
+
+@dataclasses.dataclass(frozen=True)
+class Counted:
+    """A handle whose committable adds what its commit needs: the values written."""
+
+    name: str
+    values: int | None = dataclasses.field(default=None, compare=False)
+
+
+class Committables(TwoPhaseCommitSink[Counted, object]):
+    """A sink whose pre-commit hands over a committable that carries its row count."""
+
+    handle_type = Counted
+
+    def __init__(self, *, swap: bool = False) -> None:
+        super().__init__(name="committables")
+        self.swap = swap  # hand over another transaction's committable
+        self.written: dict[str, int] = {}
+        self.committed: list[Counted] = []
+        self.names = (f"t{i}" for i in itertools.count())
+
+    def _begin_transaction(self, checkpoint_id: int) -> Counted:
+        return Counted(f"{next(self.names)}@{checkpoint_id}")
+
+    def _invoke(self, transaction: Counted, value: object) -> None:
+        self.written[transaction.name] = self.written.get(transaction.name, 0) + 1
+
+    def _pre_commit(self, transaction: Counted) -> PreCommit[Counted]:
+        name = "someone-else" if self.swap else transaction.name
+        return PreCommit(Counted(name, self.written.get(transaction.name, 0)))
+
+    def _commit(self, transaction: Counted) -> None:
+        self.committed.append(transaction)
+
+    def _abort(self, transaction: Counted, reason: str) -> None:
+        pass
+
+
+def test_the_committable_a_pre_commit_hands_over_is_what_is_snapshotted_and_committed():
+    sink = Committables()
+    sink.initialize_state()
+    sink.write("a")
+    sink.write("b")
+    state = sink.snapshot_state(1)
+
+    assert [h.handle.values for h in state.pending_commit] == [2]
+    restored = SinkState.from_json(state.to_json(), Counted)
+    assert restored.pending_commit[0].handle.values == 2  # survives the driver's record
+    sink.notify_checkpoint_complete(1)
+    assert [(c.name, c.values) for c in sink.committed] == [("t0@1", 2)]
+
+    again = Committables()  # recovery commits the restored committable, as handed over
+    again.initialize_state(restored)
+    assert [(c.name, c.values) for c in again.committed] == [("t0@1", 2)]
+
+
+def test_a_pre_commit_that_hands_over_another_transaction_is_refused_and_changes_nothing():
+    sink = Committables(swap=True)
+    sink.initialize_state()
+    sink.write("a")
+
+    with pytest.raises(ProtocolError, match="another transaction's committable"):
+        sink.snapshot_state(1)
+
+    assert sink.pending_checkpoint_ids == [] and sink.current_checkpoint_id == 1
