@@ -93,8 +93,9 @@ test: $(STAMP)
 test-fast: lint jvm-archive
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# Every durable write of every crash-point scenario (tests/crashpoints), killed before and
-# after, on local disk and on an S3 server; the table goes into docs/reliability.md. Hours.
+# Every change of every crash-point scenario to its lake (tests/crashpoints), killed before
+# and after, on local disk (a gate compiled with cc and preloaded) and on an S3 server; the
+# table goes into docs/reliability.md. Hours.
 crash-points: $(IVY_STAMP) $(MITMDUMP) jvm-archive
 	$(BIN)/python tests/crashpoints/run.py --report docs/reliability.md
 

@@ -3,10 +3,10 @@
 The fixed subset of ``make crash-points`` (``tests/crashpoints``, where the harness and the
 scenarios are) that CI runs: every scenario on local disk, killed at the write that matters
 most to it, and the creation, micro-batch and commit scenarios on the S3 server through the
-fault proxy. Each kill is aimed at the first write whose path matches a pattern, just before
-or just after it lands; then the scenario runs again and must exit 0.
+fault proxy. Each kill is aimed at the first change whose path matches a pattern, while it
+waits to run or once it ran; then the scenario runs again and must exit 0.
 
-How each test knows nothing is lost or duplicated: the kill really landed at that write
+How each test knows nothing is lost or duplicated: the kill really landed at that change
 (the observer says where, and the run died by SIGKILL), and after the restart a reader that
 is not lakesink (delta-rs) finds each of the scenario's ids visible exactly once in each
 table, every masked row belongs to a transaction the journal aborted, every transaction in
@@ -149,8 +149,8 @@ def test_a_kill_at_a_write_then_a_restart_ends_exactly_once(
 ) -> None:
     outcome = harnesses[store].crash(scenario, mode, point)
     assert outcome.killed_at is not None, f"no write matched {point.pattern}"
-    when, _, path = outcome.killed_at.split(" ", 2)
-    assert when == point.when and re.search(point.pattern or "", path)
+    when, _, change = outcome.killed_at.split(" ", 2)
+    assert when == point.when and re.search(point.pattern or "", change.split(" ", 1)[1])
     assert outcome.kill_exit == -9, outcome.problems
     assert outcome.restart_exit == 0, outcome.problems
     assert outcome.ok, outcome.problems

@@ -1,13 +1,15 @@
-"""Crash points enumerated: a scenario killed with SIGKILL before and after each durable write.
+"""Crash points enumerated: a scenario killed with SIGKILL before and after each change.
 
 For one scenario, commit mode and store:
 
-1. **Count.** The scenario's ``run`` phase runs once, unharmed, while an observer outside
-   the process records every durable write under its lake: inotify on local disk
-   (``local_watch``), a fault-injecting proxy in front of the S3 server (``s3_faults``).
-2. **Kill.** For each write k, twice: the phase runs again in a fresh copy of the lake and
-   the observer kills its process group with SIGKILL just *before* write k lands, or just
-   *after* (on S3: the write landed and its answer never reached the writer).
+1. **Count.** The scenario's ``run`` phase runs once, unharmed, while an observer records
+   every change under its lake (a file created, overwritten, renamed or linked into place,
+   deleted): a gate preloaded into every process on local disk (``local_gate``, which
+   holds each change until it answers), a fault-injecting proxy in front of the S3 server
+   (``s3_faults``, each PUT, copy, multipart completion and DELETE).
+2. **Kill.** For each change k, twice: the phase runs again in a fresh copy of the lake and
+   the observer kills its process tree with SIGKILL while change k waits to run
+   (*before*: it never ran), or once it ran and before its process learned it (*after*).
 3. **Restart.** The phase runs again, unharmed, as a scheduler would (a run that exits 75,
    "try later", as a command refused by a dead writer's lease that has not run out yet, is
    run again); it must exit 0 within ``RESTART_TIMEOUT_S`` (never stuck).
@@ -16,7 +18,7 @@ For one scenario, commit mode and store:
    transaction the journal says is aborted; every transaction in the journal is finished
    (committed or aborted); and ``lakesink status`` answers.
 
-The kill can also be aimed at the first write matching a pattern (the fixed subset
+The kill can also be aimed at the first change whose path matches a pattern (the fixed subset
 ``make test`` runs), which needs no counting run.
 """
 
@@ -33,13 +35,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashpoints.killing import Tree, kill_target
-from crashpoints.local_watch import LocalWatcher, Plan
+from crashpoints.local_gate import LocalGate, Plan
 from crashpoints.scenarios import PROGRAMS, SCENARIOS, Scenario
 
 from lakesink.cli.exits import EXIT_TRY_LATER
@@ -54,7 +56,7 @@ LEASE_SECONDS = "4"
 
 @dataclass(frozen=True)
 class CrashPoint:
-    """Where to kill: the k-th write, or the first whose path matches ``pattern``."""
+    """Where to kill: the k-th change, or the first whose path matches ``pattern``."""
 
     when: str  # "before" or "after"
     index: int | None = None
@@ -72,8 +74,9 @@ class Outcome:
     mode: str | None
     store: str
     point: CrashPoint
-    killed_at: str | None = None  # "before 7 orders/_delta_log/00..01.json", None: not reached
-    landed_first: bool = False  # killed "before" a write that landed all the same
+    # "before 7 create orders/_delta_log/00..01.json"; None: the run ended before change k
+    killed_at: str | None = None
+    kill_method: str = ""  # "cgroup" (every process at once) or "process tree" (one by one)
     kill_exit: int | None = None
     restart_exit: int | None = None
     restart_s: float = 0.0
@@ -89,9 +92,12 @@ class Outcome:
             "mode": self.mode or "-",
             "store": self.store,
             "point": str(self.point),
-            "write": _pattern(self.killed_at.split(" ", 2)[2]) if self.killed_at else "-",
-            "killed": (self.killed_at.split(" ", 1)[0] if self.killed_at else "not reached")
-            + (" (landed first)" if self.landed_first else ""),
+            "change": _pattern(self.killed_at.split(" ", 2)[2]) if self.killed_at else "-",
+            "killed": (
+                f"{self.killed_at.split(' ', 1)[0]} ({self.kill_method})"
+                if self.killed_at
+                else "not reached"
+            ),
             "restart_exit": self.restart_exit,
             "restart_s": round(self.restart_s, 1),
             "outcome": "exactly once" if self.ok else "; ".join(self.problems),
@@ -99,7 +105,7 @@ class Outcome:
 
 
 def _pattern(path: str) -> str:
-    """A write's path with its ids (transaction ids, file uuids) replaced by ``<id>``."""
+    """A change's path with its ids (transaction ids, file uuids) replaced by ``<id>``."""
     path = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<id>", path)
     return re.sub(r"[0-9a-f]{32}", "<id>", path)
 
@@ -108,7 +114,7 @@ def _pattern(path: str) -> str:
 
 
 class Store:
-    """Where a scenario's lakes live, how one is copied, and what observes its writes."""
+    """Where a scenario's lakes live, how one is copied, and what observes its changes."""
 
     name: str
 
@@ -123,16 +129,21 @@ class Store:
         return {}
 
     @contextmanager
-    def observed(self, lake: str, plan: Plan | None) -> Iterator[_Observation]:
+    def observed(self, lake: str) -> Iterator[_Observation]:
+        """Observe the changes under ``lake`` while the block runs: its processes start
+        with ``environment`` and ``arm`` aims the kill (once they exist)."""
         raise NotImplementedError
 
 
 @dataclass
 class _Observation:
-    started: list[str] = field(default_factory=list)
-    landed: list[str] = field(default_factory=list)
+    arm: Callable[[Plan], None]
+    environment: dict[str, str] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)  # every change, in order ("op path")
+    landed: list[str] = field(default_factory=list)  # those that succeeded
     killed_at: str | None = None
-    landed_first: bool = False  # a kill "before" a write that got in first all the same
+    kill_method: str = ""
+    misplaced: str | None = None  # what shows the kill is not where it says
 
 
 class LocalStore(Store):
@@ -148,18 +159,16 @@ class LocalStore(Store):
         shutil.copytree(source, target, symlinks=True)
 
     @contextmanager
-    def observed(self, lake: str, plan: Plan | None) -> Iterator[_Observation]:
-        watcher = LocalWatcher(Path(lake))
-        observation = _Observation()
-        if plan is not None:
-            watcher.arm(plan)
+    def observed(self, lake: str) -> Iterator[_Observation]:
+        gate = LocalGate(Path(lake))
+        observation = _Observation(arm=gate.arm, environment=gate.environment())
         try:
             yield observation
         finally:
-            seen = watcher.stop()
+            seen = gate.stop()
             observation.started, observation.landed = seen.started, seen.landed
             observation.killed_at = seen.killed_at
-            observation.landed_first = seen.raced is not None and seen.raced.exists()
+            observation.misplaced = seen.proof(Path(lake))
 
 
 class S3Store(Store):
@@ -194,19 +203,24 @@ class S3Store(Store):
         return {"AWS_ENDPOINT_URL": self.proxy.endpoint}
 
     @contextmanager
-    def observed(self, lake: str, plan: Plan | None) -> Iterator[_Observation]:
+    def observed(self, lake: str) -> Iterator[_Observation]:
         prefix = lake.split("://", 1)[1].rstrip("/") + "/"
         log = self.base / f"writes-{uuid.uuid4().hex[:8]}.jsonl"
-        settings: dict[str, object] = {"log": str(log)}
-        if plan is not None:
-            settings |= {
-                "kill": plan.target,
-                "when": plan.when,
-                "index": plan.index,
-                "pattern": plan.pattern.pattern if plan.pattern else None,
-            }
-        self.proxy.plan(prefix, settings)
-        observation = _Observation()
+        self.proxy.plan(prefix, {"log": str(log)})
+
+        def arm(plan: Plan) -> None:
+            self.proxy.plan(
+                prefix,
+                {
+                    "log": str(log),
+                    "kill": plan.target,
+                    "when": plan.when,
+                    "index": plan.index,
+                    "pattern": plan.pattern.pattern if plan.pattern else None,
+                },
+            )
+
+        observation = _Observation(arm=arm)
         try:
             yield observation
         finally:
@@ -222,6 +236,13 @@ class S3Store(Store):
             ]
             kills = [r["killed"] for r in records if "killed" in r]
             observation.killed_at = kills[0] if kills else None
+            if observation.killed_at is not None:  # the store answered it only if after
+                when, index = observation.killed_at.split(" ", 2)[:2]
+                answered = any("landed" in r and r["n"] == int(index) for r in records)
+                if answered != (when == "after"):
+                    observation.misplaced = f"killed {observation.killed_at}, yet the store " + (
+                        "answered it" if answered else "never answered it"
+                    )
 
 
 class S3FaultProxy:
@@ -337,7 +358,7 @@ def _start_stopped(
     command: list[str], env: dict[str, str], log: Path
 ) -> tuple[subprocess.Popen[bytes], Tree]:
     """Start ``command`` stopped before it runs, in a tree of its own (``killing.Tree``), so
-    that the observer can kill all of it from its first write on."""
+    that the observer can kill all of it from its first change on."""
     with log.open("ab") as output:
         process = subprocess.Popen(
             ["/bin/sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *command],
@@ -395,19 +416,20 @@ def _run(
     timeout: float = RUN_TIMEOUT_S,
 ) -> tuple[int | None, float, _Observation]:
     log = local / f"{phase}.log"
-    env = _environment(store, local)
-    process, tree = _start_stopped(_command(scenario, phase, lake, mode), env, log)
-    plan = None
-    if point is not None:
-        pattern = re.compile(point.pattern) if point.pattern else None
-        plan = Plan(
-            kill=lambda: kill_target(tree.target),
-            target=tree.target,
-            when=point.when,
-            index=point.index,
-            pattern=pattern,
-        )
-    with store.observed(lake, plan) as observation:
+    with store.observed(lake) as observation:
+        env = {**_environment(store, local), **observation.environment}
+        process, tree = _start_stopped(_command(scenario, phase, lake, mode), env, log)
+        observation.kill_method = tree.method
+        if point is not None:
+            observation.arm(
+                Plan(
+                    kill=lambda: kill_target(tree.target),
+                    target=tree.target,
+                    when=point.when,
+                    index=point.index,
+                    pattern=re.compile(point.pattern) if point.pattern else None,
+                )
+            )
         os.kill(process.pid, signal.SIGCONT)
         code, took = _finish(process, tree, timeout)
     return code, took, observation
@@ -548,7 +570,8 @@ class Harness:
         return lake, local
 
     def count(self, name: str, mode: str | None) -> list[str]:
-        """The durable writes of the scenario's run, in the order they landed."""
+        """The changes of the scenario's run, in order (each one a crash point, whether it
+        succeeded or was refused: the kill run counts them alike)."""
         scenario = SCENARIOS[name]
         lake, local = self._fresh(scenario, mode, f"count-{name}")
         code, _, observation = _run(self.store, name, "run", lake, local, mode)
@@ -557,7 +580,7 @@ class Harness:
         problems = check(lake, scenario, local)
         if problems:
             raise RuntimeError(f"{name} ({mode}) unharmed is wrong: {problems}")
-        return observation.landed
+        return observation.started
 
     def crash(self, name: str, mode: str | None, point: CrashPoint) -> Outcome:
         """Kill the scenario's run at ``point``, run it again, and check the lake."""
@@ -566,7 +589,9 @@ class Harness:
         lake, local = self._fresh(scenario, mode, f"{name}-{point.when}")
         code, _, observation = _run(self.store, name, "run", lake, local, mode, point=point)
         outcome.kill_exit, outcome.killed_at = code, observation.killed_at
-        outcome.landed_first = observation.landed_first
+        outcome.kill_method = observation.kill_method
+        if observation.misplaced is not None:
+            outcome.problems.append(observation.misplaced)
         if observation.killed_at is not None and code != -signal.SIGKILL:
             outcome.problems.append(f"killed at {observation.killed_at} but exited {code}")
         if observation.killed_at is None and code != 0:
@@ -598,16 +623,19 @@ class Harness:
                 return code, took
 
 
-def crash_points(store: str, writes: int) -> list[CrashPoint]:
-    """Before and after each of ``writes`` writes.
+def crash_points(store: str, changes: int) -> list[CrashPoint]:
+    """Before and after each of ``changes`` changes.
 
-    On S3 the proxy holds a write back before it reaches the store, so a kill before
-    write k+1 leaves exactly the objects a kill after write k leaves (the writer is dead
-    either way): after each write, and before the first, cover them all. On local disk a
-    kill before a write leaves that write's temporary or partial file, a state of its own.
+    On S3 the proxy holds a request back before it reaches the store, so a kill before
+    change k+1 leaves exactly the objects a kill after change k leaves (the writer is dead
+    either way): after each change, and before the first, cover them all. On local disk a
+    kill before a change leaves what was written since the one before (a temporary file, a
+    file being written in place's predecessor), a state of its own.
     """
     if store == "s3":
         return [CrashPoint("before", index=1)] + [
-            CrashPoint("after", index=k) for k in range(1, writes + 1)
+            CrashPoint("after", index=k) for k in range(1, changes + 1)
         ]
-    return [CrashPoint(when, index=k) for k in range(1, writes + 1) for when in ("before", "after")]
+    return [
+        CrashPoint(when, index=k) for k in range(1, changes + 1) for when in ("before", "after")
+    ]

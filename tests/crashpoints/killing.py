@@ -52,6 +52,11 @@ class Tree:
             (self.cgroup / "cgroup.procs").write_text(str(pid))
 
     @property
+    def method(self) -> str:
+        """How ``kill_target`` kills: every process at once, or one by one."""
+        return "cgroup" if self.cgroup is not None else "process tree"
+
+    @property
     def target(self) -> str:
         """What ``kill_target`` kills: the cgroup's kill file, or ``tree:PID``."""
         if self.cgroup is not None:

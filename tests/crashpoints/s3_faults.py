@@ -1,10 +1,13 @@
-"""A mitmproxy addon: counts the writes to the S3 server and kills the writer at one of them.
+"""A mitmproxy addon: counts the changes to the S3 server and kills the writer at one of them.
 
 Loaded by ``mitmdump`` in reverse-proxy mode in front of the test S3 server (loopback
 only); the crash-point harness points a scenario's ``AWS_ENDPOINT_URL`` at the proxy. A
-write is a request that creates a new object: a PUT (an upload, a copy, a conditional
-create), or the POST that completes a multipart upload; parts are not writes of their own,
-nor is a PUT to a key the run wrote before (a lease's renewals).
+change is a request that creates, replaces or deletes an object: a PUT (an upload, a copy,
+a conditional create, an overwrite of an object the run did not write itself), the POST
+that completes a multipart upload, a DELETE, a multi-object delete. Parts are not changes
+of their own, nor is a PUT to a key the run wrote before (a lease's renewals, whose number
+depends on how long the run takes). Every such request counts, answered or refused, in
+the count run and the kill run alike, so change k is the same request in both.
 
 What to do is read from the JSON file ``$CRASH_POINT_PLAN`` whenever it changes: a plan
 per lake, by its key ``prefix`` (only writes under it count, numbered per plan
@@ -50,18 +53,20 @@ class CrashPoints:
             self.mtime = mtime
             self.plans = json.loads(self.plan_file.read_text())
 
-    def _plan_of(self, flow: http.HTTPFlow) -> tuple[dict, str] | None:
-        """The plan of a write to a key under a planned prefix, and the key below it."""
+    def _plan_of(self, flow: http.HTTPFlow) -> tuple[dict, str, str] | None:
+        """The plan of a change to a key under a planned prefix, what the change is, and the
+        key below the prefix (a multi-object delete: the prefix of the bucket's request)."""
         request = flow.request
-        is_write = (request.method == "PUT" and "partNumber" not in request.query) or (
-            request.method == "POST" and "uploadId" in request.query
-        )
-        if not is_write:
+        op = _change(request)
+        if op is None:
             return None
         key = unquote(urlsplit(request.path).path).lstrip("/")
+        if op == "delete-many":  # the keys are in the body: named by the first
+            found = re.search(rb"<Key>([^<]*)</Key>", request.content or b"")
+            key = key.rstrip("/") + "/" + (found.group(1).decode() if found else "")
         for prefix, plan in self.plans.items():
             if key.startswith(prefix):
-                return plan, key[len(prefix) :]
+                return plan, op, key[len(prefix) :]
         return None
 
     def _log(self, plan: dict, record: dict) -> None:
@@ -88,27 +93,44 @@ class CrashPoints:
         found = self._plan_of(flow)
         if found is None:
             return
-        plan, key = found
+        plan, op, key = found
         run = (plan["prefix"], plan["generation"])
         written = self.written.setdefault(run, set())
-        if key in written:  # not a new object: a lease's renewal
+        if op == "put" and key in written:  # a lease's renewal
             return
         written.add(key)
+        if op == "put" and flow.request.headers.get("x-amz-copy-source"):
+            op = "copy"
+        change = f"{op} {key}"
         index = self.counts[run] = self.counts.get(run, 0) + 1
-        flow.metadata["crash_point"] = (plan, run, index, key)
-        self._log(plan, {"started": key, "n": index, "method": flow.request.method})
+        flow.metadata["crash_point"] = (plan, run, index, change)
+        self._log(plan, {"started": change, "n": index})
         if plan.get("when") == "before" and self._matches(plan, run, index, key):
-            self._kill(flow, plan, run, f"before {index} {key}")
+            self._kill(flow, plan, run, f"before {index} {change}")
 
     def response(self, flow: http.HTTPFlow) -> None:
         found = flow.metadata.get("crash_point")
         if found is None:
             return
-        plan, run, index, key = found
+        plan, run, index, change = found
         status = flow.response.status_code if flow.response else None
-        self._log(plan, {"landed": key, "n": index, "status": status})
-        if plan.get("when") == "after" and self._matches(plan, run, index, key):
-            self._kill(flow, plan, run, f"after {index} {key}")
+        self._log(plan, {"landed": change, "n": index, "status": status})
+        if plan.get("when") == "after" and self._matches(plan, run, index, change.split(" ", 1)[1]):
+            self._kill(flow, plan, run, f"after {index} {change}")
+
+
+def _change(request: http.Request) -> str | None:
+    """What a request changes: ``put``, ``complete`` (a multipart upload), ``delete``,
+    ``delete-many``; None for a read or a part of an upload."""
+    if request.method == "PUT" and "partNumber" not in request.query:
+        return "put"
+    if request.method == "POST" and "uploadId" in request.query:
+        return "complete"
+    if request.method == "POST" and "delete" in request.query:
+        return "delete-many"
+    if request.method == "DELETE" and "uploadId" not in request.query:
+        return "delete"
+    return None
 
 
 addons = [CrashPoints()]

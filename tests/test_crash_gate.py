@@ -1,0 +1,97 @@
+"""The crash-point gate kills exactly where it says, on the changes a lake's writers make.
+
+No Spark: a Python program and a JVM (``tests/data/gate``) make the kinds of change a
+scenario's processes make under a lake, through the C library as Spark, Hadoop, delta-rs
+and lakesink do: a file created in place, a temporary file renamed into place, a hard
+link, a deletion, an overwrite. The gate (``tests/crashpoints/local_gate.py`` and
+``gate.c``, preloaded) must see exactly those five changes, in order, and not the
+temporary file's writes; and a kill before or after each must leave the folder exactly as
+it was before or after that change: the files there and their bytes, checked here
+against what the programs write, not against the gate's own word.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from crashpoints.harness import _finish, _start_stopped
+from crashpoints.killing import kill_target
+from crashpoints.local_gate import LocalGate, Plan
+
+PROBES = Path(__file__).resolve().parent / "data" / "gate"
+CHANGES = [
+    "create a.parquet",
+    "rename b.json",
+    "link c.json",
+    "delete a.parquet",
+    "overwrite b.json",
+]
+# The folder's files (temporary ones aside) and their bytes after each change, 0: none yet.
+AFTER = [
+    {},
+    {"a.parquet": b"a"},
+    {"a.parquet": b"a", "b.json": b"b"},
+    {"a.parquet": b"a", "b.json": b"b", "c.json": b"b"},
+    {"b.json": b"b", "c.json": b"b"},
+    {"b.json": b"B", "c.json": b"B"},  # a hard link shares the overwritten bytes
+]
+
+
+@pytest.fixture(scope="module")
+def java_probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    classes = tmp_path_factory.mktemp("probe-classes")
+    subprocess.run(["javac", "-d", str(classes), str(PROBES / "Probe.java")], check=True)
+    return classes
+
+
+def command(probe: str, classes: Path, lake: Path) -> list[str]:
+    if probe == "python":
+        return [sys.executable, str(PROBES / "probe.py"), str(lake)]
+    return ["java", "-Xshare:auto", "-cp", str(classes), "Probe", str(lake)]
+
+
+def files(lake: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in lake.iterdir() if not p.name.startswith(".")}
+
+
+def run(probe: str, classes: Path, lake: Path, when: str | None = None, index: int = 0):
+    """The probe through the gate, killed at change ``index`` if ``when``; its exit and
+    what the gate saw."""
+    gate = LocalGate(lake)
+    env = {**os.environ, **gate.environment()}
+    process, tree = _start_stopped(command(probe, classes, lake), env, lake.parent / "log")
+    if when is not None:
+        gate.arm(Plan(lambda: kill_target(tree.target), tree.target, when, index=index))
+    os.kill(process.pid, signal.SIGCONT)
+    code, _ = _finish(process, tree, timeout=120)
+    return code, gate.stop()
+
+
+@pytest.mark.parametrize("probe", ["python", "java"])
+def test_the_gate_sees_every_change_under_the_lake_in_order_and_no_temporary_write(
+    probe: str, java_probe: Path, tmp_path: Path
+) -> None:
+    code, seen = run(probe, java_probe, tmp_path / "lake")
+    assert code == 0, (tmp_path / "log").read_text()
+    assert seen.started == CHANGES
+    assert seen.landed == CHANGES
+    assert files(tmp_path / "lake") == AFTER[-1]
+
+
+@pytest.mark.parametrize("probe", ["python", "java"])
+@pytest.mark.parametrize("index", range(1, len(CHANGES) + 1))
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_leaves_the_lake_exactly_as_before_or_after_the_change(
+    probe: str, when: str, index: int, java_probe: Path, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    code, seen = run(probe, java_probe, lake, when, index)
+    assert code == -signal.SIGKILL
+    assert seen.killed_at == f"{when} {index} {CHANGES[index - 1]}"
+    assert files(lake) == AFTER[index - 1 if when == "before" else index]
+    assert seen.proof(lake) is None
