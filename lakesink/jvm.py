@@ -38,6 +38,7 @@ __all__ = [
     "listening",
     "pyspark_jars",
     "read_pid",
+    "session_jvm",
     "source_digest",
     "start_daemon",
     "stop_daemon",
@@ -57,6 +58,14 @@ _IVY_SETTINGS = f"""<ivysettings>
   </resolvers>
 </ivysettings>
 """
+
+
+def session_jvm(spark: Any) -> Any | None:
+    """The JVM behind a classic Spark session, through Py4J; None for a Spark Connect
+    client's session, whose JVM is a server's: nothing of it is reachable from here."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
+    return spark._jvm
 
 
 def java() -> str:

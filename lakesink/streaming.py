@@ -38,6 +38,7 @@ from lakesink.core.microbatch import MicroBatchDriver
 from lakesink.delta.options import SinkOptions
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
+from lakesink.jvm import session_jvm
 from lakesink.ops.metrics import MetricsExport, sink_registry
 from lakesink.storage.hadoop import delete_tree, folder_listing
 
@@ -144,6 +145,14 @@ class StreamingSink:
         listen: bool,
         metrics: MetricsExport | None,
     ) -> None:
+        if session_jvm(spark) is None:
+            raise ConfigurationError(
+                "StreamingSink needs a classic Spark session: it writes each micro-batch in "
+                "this process, and through Spark Connect a foreachBatch function runs in a "
+                "Python worker on the server instead. Start the query from "
+                "lakesink.spark_session(), or write batches through a Connect session with a "
+                "CheckpointCoordinator (lakesink.core)"
+            )
         """What both constructors do: recover the sinks from the query's commit log."""
         self.spark = spark
         self.checkpoint_location = checkpoint_location

@@ -104,6 +104,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         if "kafka_broker" in fixtures:  # one worker runs them all: one broker, not two
             item.add_marker(pytest.mark.xdist_group("kafka"))
+        if "connect_server" in fixtures:  # one worker runs them all: one server, not two
+            item.add_marker(pytest.mark.xdist_group("connect"))
         if "quick_run" in fixtures:  # one worker makes the quick benchmark run, once
             item.add_marker(pytest.mark.xdist_group("bench"))
             item.add_marker(pytest.mark.bench)
@@ -146,6 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # The local Spark standalone cluster of the cluster, fault and soak tests (session-scoped),
 # and the summary lines with the figures those tests record.
 from cluster_fixture import pytest_terminal_summary, spark_cluster  # noqa: E402, F401
+from connect_fixture import connect_server  # noqa: E402, F401
 from kafka_fixture import kafka_broker  # noqa: E402, F401
 from s3_fixture import STORES, s3_server  # noqa: E402, F401
 from tools_fixture import ldap_directory, push_gateway  # noqa: E402, F401

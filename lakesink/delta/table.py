@@ -12,7 +12,6 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 
@@ -22,7 +21,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.spark.sql import delta_path, quote_identifier
+from lakesink.spark.sql import delta_path, quote_identifier, string_literal
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.hadoop import delete_tree
 from lakesink.storage.location import is_uri, join
@@ -208,22 +207,28 @@ def _create(spark: SparkSession, table: SinkTable, schema: StructType) -> None:
         what="journal",
         create=True,
     )
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(StructType([*_fields(HIDDEN_FIELDS), *schema.fields]))
-        .partitionedBy(*LAKESINK_PARTITIONS, *table.partition_by)
-        .property(SINK_ID_PROPERTY, table.sink_id)
-        .property(JOURNAL_PROPERTY, recorded_journal(table.journal_path, path))
-        .property(FORMAT_PROPERTY, str(TABLE_FORMAT))
-        .property(COMMIT_MODE_PROPERTY, table.commit_mode)
-        .property(PUBLISHED_PROPERTY, str(table.published).lower())
-        .property(PARTITION_VALUES_IN_FILES, str(bool(table.partition_by)).lower())
+    properties = {
+        SINK_ID_PROPERTY: table.sink_id,
+        JOURNAL_PROPERTY: recorded_journal(table.journal_path, path),
+        FORMAT_PROPERTY: str(TABLE_FORMAT),
+        COMMIT_MODE_PROPERTY: table.commit_mode,
+        PUBLISHED_PROPERTY: str(table.published).lower(),
+        PARTITION_VALUES_IN_FILES: str(bool(table.partition_by)).lower(),
         # Auto-compaction would rewrite pending partitions under a publish, which would
         # then conflict and start again (lakesink.delta.publish); lakesink compacts
         # committed rows only.
-        .property("delta.autoOptimize.autoCompact", "false")
-        .execute()
+        "delta.autoOptimize.autoCompact": "false",
+    }
+    # SQL rather than DeltaTable's builder: a Spark Connect server runs it without Delta's
+    # own Connect plug-in.
+    columns = StructType([*_fields(HIDDEN_FIELDS), *schema.fields]).toDDL()
+    partitions = ", ".join(map(quote_identifier, [*LAKESINK_PARTITIONS, *table.partition_by]))
+    settings = ", ".join(
+        f"{string_literal(k)} = {string_literal(v)}" for k, v in properties.items()
+    )
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {delta_path(path)} ({columns}) USING DELTA "
+        f"PARTITIONED BY ({partitions}) TBLPROPERTIES ({settings})"
     )
     log.info("created lakesink table %s for sink %r", path, table.sink_id)
 

@@ -13,12 +13,12 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
-from lakesink.spark.settings import session_conf
+from lakesink.jvm import session_jvm
+from lakesink.spark.settings import default_parallelism, session_conf
 from lakesink.spark.sql import delta_path
 from lakesink.storage.hadoop import file_size
 from lakesink.tables.format import PUBLISHED_FOLDER
@@ -89,12 +89,12 @@ def _interval_hours(interval: str) -> float:
 def local_listing(spark: SparkSession) -> Iterator[None]:
     """One listing task per core for the block, on a local master whose session left the
     listing parallelism unset (lakesink's ``spark_session`` sets it; ``spark-submit`` does
-    not)."""
-    context = spark.sparkContext
-    if not (context.master or "").startswith("local") or spark.conf.get(LISTING_PARALLELISM, None):
+    not), a Spark Connect server's too."""
+    master = spark.conf.get("spark.master", None) or ""
+    if not master.startswith("local") or spark.conf.get(LISTING_PARALLELISM, None):
         yield
         return
-    spark.conf.set(LISTING_PARALLELISM, str(context.defaultParallelism))
+    spark.conf.set(LISTING_PARALLELISM, str(default_parallelism(spark)))
     try:
         yield
     finally:
@@ -163,13 +163,16 @@ def _quiet_console(spark: SparkSession) -> Iterator[None]:
     and the JVM thread that runs this Python thread's statements is always the same one.
     Without a JVM in this process (Spark Connect), nothing is changed.
     """
-    jvm: Any = getattr(spark, "_jvm", None)
+    jvm = session_jvm(spark)
+    if jvm is None:  # the server's console: not this process's output
+        yield
+        return
     try:
         console = getattr(jvm.scala, "Console$").__getattr__("MODULE$")
         shown = console.out()
         nowhere = jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
         console.setOutDirect(nowhere)
-    except Exception:  # no JVM here, or another Scala: the line stays
+    except Exception:  # another Scala: the line stays
         yield
         return
     try:

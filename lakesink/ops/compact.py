@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from lakesink.spark.settings import labelled, session_commit_metadata, session_conf
+from lakesink.spark.settings import (
+    default_parallelism,
+    labelled,
+    session_commit_metadata,
+    session_conf,
+)
 from lakesink.spark.sql import delta_path
 from lakesink.storage.files import is_delta_table
 from lakesink.tables.deltars import file_sizes
@@ -125,7 +130,7 @@ def compact(spark: SparkSession, plan: list[Compaction], *, sink_id: str) -> lis
     for part in plan:
         where = f" WHERE {part.predicate}" if part.predicate else ""
         metadata = commit_metadata("compact", sink_id)
-        target = file_target(part.bytes_before, spark.sparkContext.defaultParallelism)
+        target = file_target(part.bytes_before, default_parallelism(spark))
         sizes = {  # files of half the target or more are left as they are
             "spark.databricks.delta.optimize.maxFileSize": str(target),
             "spark.databricks.delta.optimize.minFileSize": str(target // 2),

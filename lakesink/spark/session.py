@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
 from lakesink.jvm import delta_jars, delta_maven_coordinate
+from lakesink.spark.settings import local_parallelism
 from lakesink.storage.options import StorageOptions
 
 __all__ = [
@@ -308,16 +309,10 @@ def _local_defaults(master: str) -> dict[str, str]:
     Every Delta commit rebuilds the table's snapshot in ``snapshotPartitions`` tasks (50 by
     default); on two cores that alone made a lakesink checkpoint 2-3 times slower.
     """
-    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
-    if not match:
+    cores = local_parallelism(master)
+    if cores is None:
         return {}
-    cores = match.group(1)
-    if cores is None:  # plain "local" runs one thread
-        parallelism = "1"
-    elif cores == "*":
-        parallelism = str(os.cpu_count() or 1)
-    else:
-        parallelism = cores
+    parallelism = str(cores)
     return {
         "spark.databricks.delta.snapshotPartitions": parallelism,
         "spark.sql.shuffle.partitions": parallelism,

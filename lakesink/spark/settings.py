@@ -4,7 +4,9 @@ of lakesink's writes and MERGEs, and retries of Delta write conflicts."""
 from __future__ import annotations
 
 import logging
+import os
 import random
+import re
 import threading
 import time
 import weakref
@@ -16,6 +18,7 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
+from lakesink.jvm import session_jvm
 
 __all__ = [
     "MERGE_SETTINGS",
@@ -106,8 +109,17 @@ def labelled(
     Tags add to the caller's (a streaming query's job group and tags stay, so stopping it
     still cancels them); the description is put back afterwards.
     """
-    context = spark.sparkContext
     tag = job_tag(sink_id, checkpoint_id, phase)
+    if session_jvm(spark) is None:  # a Spark Connect client: the session's own tags
+        had = tag in spark.getTags()
+        spark.addTag(tag)
+        try:
+            yield
+        finally:
+            if not had:
+                spark.removeTag(tag)
+        return
+    context = spark.sparkContext
     previous = context.getLocalProperty(_JOB_DESCRIPTION)
     checkpoint = "" if checkpoint_id is None else f" checkpoint {checkpoint_id}"
     had_tag = tag in context.getJobTags()
@@ -120,6 +132,32 @@ def labelled(
         context.setLocalProperty(_JOB_DESCRIPTION, previous)  # type: ignore[arg-type]
         if not had_tag:
             context.removeJobTag(tag)
+
+
+def local_parallelism(master: str) -> int | None:
+    """How many tasks a local master (``local``, ``local[4]``, ``local[*]``) runs at once;
+    None for a cluster's master."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if not match:
+        return None
+    cores = match.group(1)
+    if cores is None:  # plain "local" runs one thread
+        return 1
+    return (os.cpu_count() or 1) if cores == "*" else int(cores)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks the session's cluster runs at once: its SparkContext's; through Spark
+    Connect (no SparkContext here), a local master's cores, the server's
+    ``spark.default.parallelism``, or else 1 (unknown: one file per share rather than too
+    many small ones)."""
+    if session_jvm(spark) is not None:
+        return int(spark.sparkContext.defaultParallelism)
+    try:
+        local = local_parallelism(spark.conf.get("spark.master", None) or "")
+        return local or max(1, int(spark.conf.get("spark.default.parallelism", None) or 1))
+    except Exception:  # a server that does not show core settings to its clients
+        return 1
 
 
 def session_commit_metadata(spark: SparkSession, metadata: str) -> AbstractContextManager[None]:

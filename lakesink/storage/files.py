@@ -37,6 +37,7 @@ __all__ = [
     "remove_file",
     "remove_folder",
     "require_delta_table",
+    "size_of",
     "subfolder_names",
     "write_bytes",
 ]
@@ -213,6 +214,17 @@ def _contents(listed: dict[str, Any], key: str) -> list[dict[str, Any]]:
     Hadoop's S3A writes for a folder it made or emptied, and object_store lists as
     ``key``): it is the folder, not something in it."""
     return [o for o in listed["objects"] if o["path"].rstrip("/") != key]
+
+
+def size_of(location: str) -> int:
+    """The size in bytes of the file ``location`` (local or on an object store)."""
+    with translated(location):
+        if not is_uri(location):
+            return os.stat(location).st_size
+        from obstore import head
+
+        store, key = object_store(location)
+        return int(head(store, key)["size"])
 
 
 def copy_file(source: str, target: str) -> None:

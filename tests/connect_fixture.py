@@ -1,0 +1,23 @@
+"""A Spark Connect server with Delta for the Connect tests, one per test session, stopped at
+the end (``servers.connect``); its Delta jars come from lakesink's cache."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from servers.cluster import free_port
+from servers.connect import ConnectServer, start_connect_server, stop_connect_server
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    folder = tmp_path_factory.mktemp("connect")
+    server = start_connect_server(
+        folder, port=free_port(), ivy_dir=os.environ.get("LAKESINK_IVY_DIR")
+    )
+    try:
+        yield server
+    finally:
+        stop_connect_server(folder)

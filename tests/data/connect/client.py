@@ -1,0 +1,83 @@
+"""What a Spark Connect client does with lakesink, run in a process of its own (no JVM).
+
+    python client.py SERVER_URL LAKE
+
+A table committed by MERGE (a sink alone, and a checkpoint an operator commits), and a
+group of two tables committed by metadata: both commit modes, once each.
+
+Prints one JSON object: what each step did, read back where it can be by delta-rs (a
+reader that is neither lakesink nor Spark).
+"""
+
+import json
+import sys
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+import lakesink
+from lakesink import DeltaSink
+from lakesink.core import CheckpointCoordinator
+from lakesink.errors import ConfigurationError
+from lakesink.ops.vacuum import vacuum
+from lakesink.spark.validation import ValidationGate
+from lakesink.streaming import StreamingSink
+from lakesink.tables.checkpoints import DeltaCheckpointStore
+from lakesink.tables.format import published_path
+
+url, lake = sys.argv[1:3]
+spark = SparkSession.builder.remote(url).getOrCreate()
+found: dict[str, object] = {"session": type(spark).__module__}
+
+
+def published_ids(path: str) -> list[int]:
+    return sorted(DeltaTable(published_path(path)).to_pyarrow_table().column("id").to_pylist())
+
+
+# A sink driving its own checkpoints: two of them.
+orders = f"{lake}/orders"
+with DeltaSink.open(spark, orders, schema="id BIGINT", commit="merge") as sink:
+    for first in (0, 5):
+        sink.write(spark.range(first, first + 5))
+        sink.notify_checkpoint_complete(sink.prepare_commit())
+found["orders"] = published_ids(orders)
+found["orders_committed"] = lakesink.committed(spark, orders).count()
+
+# Two tables of a group, checkpointed by a coordinator, read at one cut.
+paths = {key: f"{lake}/{key}" for key in ("left", "right")}
+sinks = {k: DeltaSink(spark, p, schema="id BIGINT", commit="metadata") for k, p in paths.items()}
+store = DeltaCheckpointStore(f"{lake}/_state")
+with CheckpointCoordinator(store, job_id="job", sinks=sinks, group_id="pair") as job:
+    for first in (0, 3):
+        for sink in job.sinks.values():
+            sink.write(spark.range(first, first + 3))
+        job.trigger_checkpoint(None)
+found["group"] = [table.num_rows for table in lakesink.arrow(*paths.values())]
+found["group_committed"] = [frame.count() for frame in lakesink.committed(spark, *paths.values())]
+
+# A checkpoint the validation gate holds, committed by an operator, then the vacuum.
+held = f"{lake}/held"
+suite = gx.ExpectationSuite(
+    name="small",
+    expectations=[gxe.ExpectColumnValuesToBeBetween(column="id", min_value=0, max_value=2)],
+)
+gate = ValidationGate(suite=suite, policy="quarantine")
+with DeltaSink.open(spark, held, schema="id BIGINT", commit="merge", validation=gate) as sink:
+    sink.write(spark.range(5))
+    checkpoint = sink.prepare_commit()
+    found["held_verdict"] = sink.verdict(checkpoint).value
+found["held_before"] = published_ids(held)
+lakesink.Table(held).commit(spark, checkpoint)
+found["held_after"] = published_ids(held)
+report = vacuum(spark, held)
+found["vacuum_rows_removed"] = report.rows_removed
+
+try:
+    StreamingSink(
+        spark, f"{lake}/stream", checkpoint_location=f"{lake}/_stream", schema="id BIGINT"
+    )
+except ConfigurationError as exc:
+    found["streaming"] = str(exc)
+print(json.dumps(found))

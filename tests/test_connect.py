@@ -1,0 +1,52 @@
+"""lakesink through Spark Connect: the sink, a group's coordinator, the readers, an
+operator's commit and the vacuum from a client with no JVM, in both commit modes.
+
+The client (``tests/data/connect/client.py``) runs in a process of its own with no ``java``
+on its ``PATH`` and no ``JAVA_HOME``: anything of lakesink that tried to start or reach a
+JVM on the client would fail there. Its Spark work runs on a Spark Connect server with
+Delta (``servers.connect``); what it committed is read back by delta-rs, which is neither
+lakesink nor Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLIENT = Path(__file__).resolve().parent / "data" / "connect" / "client.py"
+
+
+def without_java() -> dict[str, str]:
+    """This environment with every folder holding a ``java`` off ``PATH``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
+    folders = env.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(f for f in folders if not (Path(f) / "java").exists())
+    return env
+
+
+@pytest.mark.slow
+def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
+    connect_server, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), connect_server.url, str(tmp_path / "lake")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=without_java(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["session"].startswith("pyspark.sql.connect")
+    assert found["orders"] == list(range(10))  # two checkpoints, each row once
+    assert found["orders_committed"] == 10
+    assert found["group"] == [6, 6] and found["group_committed"] == [6, 6]
+    assert found["held_verdict"] == "held"
+    assert found["held_before"] == [] and found["held_after"] == list(range(5))
+    assert found["vacuum_rows_removed"] == 0  # nothing aborted: nothing to remove
+    assert "needs a classic Spark session" in found["streaming"]
