@@ -1,5 +1,6 @@
 """lakesink through Spark Connect: the sink, a group's coordinator, the readers, an
-operator's commit and the vacuum from a client with no JVM, in both commit modes.
+operator's commit (the library's and ``lakesink commit --remote``) and ``lakesink vacuum
+--remote``, from clients with no JVM, in both commit modes.
 
 The client (``tests/data/connect/client.py``) runs in a process of its own with no ``java``
 on its ``PATH`` and no ``JAVA_HOME``: anything of lakesink that tried to start or reach a
@@ -19,6 +20,16 @@ from pathlib import Path
 import pytest
 
 CLIENT = Path(__file__).resolve().parent / "data" / "connect" / "client.py"
+LAKESINK = Path(sys.executable).parent / "lakesink"
+
+
+def published_ids(table: str) -> list[int]:
+    """The ids the table's published table holds, read by delta-rs."""
+    from deltalake import DeltaTable
+
+    from lakesink.tables.format import published_path
+
+    return sorted(DeltaTable(published_path(table)).to_pyarrow_table().column("id").to_pylist())
 
 
 def without_java() -> dict[str, str]:
@@ -48,5 +59,22 @@ def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
     assert found["group"] == [6, 6] and found["group_committed"] == [6, 6]
     assert found["held_verdict"] == "held"
     assert found["held_before"] == [] and found["held_after"] == list(range(5))
-    assert found["vacuum_rows_removed"] == 0  # nothing aborted: nothing to remove
     assert "needs a classic Spark session" in found["streaming"]
+
+    # The operator's commands, through the same server, from a process with no JVM.
+    held = str(tmp_path / "lake" / "held")
+    second = str(found["held_second"])
+    command = [str(LAKESINK), "commit", held, "--checkpoint", second, "--yes", "--remote"]
+    done = subprocess.run(
+        [*command, connect_server.url], capture_output=True, text=True, env=without_java()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert published_ids(held) == list(range(10))
+    done = subprocess.run(
+        [str(LAKESINK), "vacuum", held, "--json", "--remote", connect_server.url],
+        capture_output=True,
+        text=True,
+        env=without_java(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["rows_removed"] == 0  # nothing aborted: nothing to remove

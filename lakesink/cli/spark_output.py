@@ -20,9 +20,18 @@ __all__ = ["add_spark_options", "jvm_output", "settle"]
 _files: list[Path] = []
 
 
-def add_spark_options(parser: argparse.ArgumentParser) -> None:
-    """The options of every command that starts Spark: where it runs, and what it shows."""
-    parser.add_argument("--master", help="Spark master URL (default local[*])")
+def add_spark_options(parser: argparse.ArgumentParser, *, remote: bool = True) -> None:
+    """The options of every command that starts Spark: where it runs (``remote``: a Spark
+    Connect server too), and what it shows."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", help="Spark master URL (default local[*])")
+    if remote:
+        where.add_argument(
+            "--remote",
+            metavar="URL",
+            help="a Spark Connect server to run on (sc://host:port) instead of a Spark of "
+            "this process: no JVM starts here (needs pip install 'lakesink[connect]')",
+        )
     parser.add_argument(
         "--verbose",
         "-v",

@@ -57,14 +57,35 @@ def reachable(*locations: str | None, write: bool = False) -> list[str]:
     return found
 
 
-def start_spark(args: argparse.Namespace) -> SparkSession:
-    """The Spark session of a command, started once its checks passed."""
+def start_spark(
+    args: argparse.Namespace, *, app_name: str = "lakesink-cli", log_level: str = "ERROR"
+) -> SparkSession:
+    """The Spark session of a command, started once its checks passed: a Spark Connect
+    client's with ``--remote``, else a Spark of this process (its log at ``log_level``)."""
+    if args.remote:
+        return _remote_session(args.remote)
     from lakesink.spark.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = spark_session(master=args.master, app_name="lakesink-cli", jvm_output=jvm_output(args))
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session(master=args.master, app_name=app_name, jvm_output=jvm_output(args))
+    spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def _remote_session(url: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    from lakesink.errors import ConfigurationError
+
+    try:
+        import pyspark.sql.connect.session  # noqa: F401  (its client's packages)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--remote needs pyspark's Spark Connect client ({exc}): pip install "
+            "'lakesink[connect]'"
+        ) from None
+    print(f"connecting to Spark Connect at {url} ...", file=sys.stderr, flush=True)
+    return SparkSession.builder.remote(url).getOrCreate()
 
 
 def checkpoint_json(

@@ -65,7 +65,7 @@ def add_parser(commands: Subparsers) -> None:
         metavar="PATH",
         help="a lakesink table whose committed view to serve (repeatable)",
     )
-    add_spark_options(parser)
+    add_spark_options(parser, remote=False)  # the SQL server runs in this process's Spark
     parser.set_defaults(func=_serve)
 
 

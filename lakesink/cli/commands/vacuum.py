@@ -18,10 +18,11 @@ from lakesink.cli.commands.common import (
     add_dry_run_option,
     add_json_option,
     reachable,
+    start_spark,
 )
 from lakesink.cli.exits import EXIT_CODES
 from lakesink.cli.output import Output
-from lakesink.cli.spark_output import add_spark_options, jvm_output
+from lakesink.cli.spark_output import add_spark_options
 from lakesink.storage.files import require_delta_table
 
 if TYPE_CHECKING:
@@ -132,12 +133,8 @@ def _vacuum(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Outp
 
 def _run(args: argparse.Namespace, metrics: MetricsExport) -> VacuumReport:
     from lakesink.ops.vacuum import vacuum
-    from lakesink.spark.session import spark_session
 
-    spark = spark_session(
-        master=args.master, app_name="lakesink-vacuum", jvm_output=jvm_output(args)
-    )
-    spark.sparkContext.setLogLevel("WARN")
+    spark = start_spark(args, app_name="lakesink-vacuum", log_level="WARN")
     try:
         return vacuum(
             spark,
