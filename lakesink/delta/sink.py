@@ -10,7 +10,8 @@
   a retry never duplicates rows, and a new transaction, even one replaying a checkpoint id,
   is never taken for another's repeat.
 - ``_pre_commit`` counts the rows (from the statistics of the files it added, so not read
-  back), runs the validation gate on them if the sink has one, and journals the verdict.
+  back), runs the validation gate on them if the sink has one, journals the verdict and
+  hands over the transaction's ``Committable`` with its row count.
 - ``_commit`` makes the rows visible with the table's committer (``lakesink.delta.committer``:
   an insert-only MERGE idempotent by Delta's txn version, or a metadata commit), then
   journals it committed. The decision to commit
