@@ -138,6 +138,16 @@ static int exists_at(int dirfd, const char *name) {
 /* A rename onto an existing name replaces it: an overwrite. */
 #define RENAME_OP(dirfd, name) (exists_at(dirfd, name) ? "replace" : "rename")
 
+/* Runs ``call`` between the harness's two answers (before it runs, once it returned) and
+ * returns its result. */
+#define THROUGH_GATE(op, path, existed, call)             \
+    do {                                                  \
+        ask('B', (op), (path), (existed));                \
+        int result_ = (call);                             \
+        ask('A', (op), (path), result_ == 0 ? 0 : errno); \
+        return result_;                                   \
+    } while (0)
+
 #define REAL(name)                                   \
     static __typeof__(&name) real_##name = NULL;     \
     if (real_##name == NULL) real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name)
@@ -147,10 +157,7 @@ int rename(const char *from, const char *to) {
     char path[PATH_MAX];
     if (!gated(AT_FDCWD, to, path)) return real_rename(from, to);
     const char *op = RENAME_OP(AT_FDCWD, to);
-    ask('B', op, path, strcmp(op, "replace") == 0);
-    int result = real_rename(from, to);
-    ask('A', op, path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE(op, path, strcmp(op, "replace") == 0, real_rename(from, to));
 }
 
 int renameat(int fromfd, const char *from, int tofd, const char *to) {
@@ -158,10 +165,7 @@ int renameat(int fromfd, const char *from, int tofd, const char *to) {
     char path[PATH_MAX];
     if (!gated(tofd, to, path)) return real_renameat(fromfd, from, tofd, to);
     const char *op = RENAME_OP(tofd, to);
-    ask('B', op, path, strcmp(op, "replace") == 0);
-    int result = real_renameat(fromfd, from, tofd, to);
-    ask('A', op, path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE(op, path, strcmp(op, "replace") == 0, real_renameat(fromfd, from, tofd, to));
 }
 
 int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
@@ -169,40 +173,28 @@ int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned i
     char path[PATH_MAX];
     if (!gated(tofd, to, path)) return real_renameat2(fromfd, from, tofd, to, flags);
     const char *op = RENAME_OP(tofd, to);
-    ask('B', op, path, strcmp(op, "replace") == 0);
-    int result = real_renameat2(fromfd, from, tofd, to, flags);
-    ask('A', op, path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE(op, path, strcmp(op, "replace") == 0, real_renameat2(fromfd, from, tofd, to, flags));
 }
 
 int link(const char *from, const char *to) {
     REAL(link);
     char path[PATH_MAX];
     if (!gated(AT_FDCWD, to, path)) return real_link(from, to);
-    ask('B', "link", path, exists_at(AT_FDCWD, to));
-    int result = real_link(from, to);
-    ask('A', "link", path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE("link", path, exists_at(AT_FDCWD, to), real_link(from, to));
 }
 
 int linkat(int fromfd, const char *from, int tofd, const char *to, int flags) {
     REAL(linkat);
     char path[PATH_MAX];
     if (!gated(tofd, to, path)) return real_linkat(fromfd, from, tofd, to, flags);
-    ask('B', "link", path, exists_at(tofd, to));
-    int result = real_linkat(fromfd, from, tofd, to, flags);
-    ask('A', "link", path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE("link", path, exists_at(tofd, to), real_linkat(fromfd, from, tofd, to, flags));
 }
 
 int unlink(const char *name) {
     REAL(unlink);
     char path[PATH_MAX];
     if (!gated(AT_FDCWD, name, path)) return real_unlink(name);
-    ask('B', "delete", path, exists_at(AT_FDCWD, name));
-    int result = real_unlink(name);
-    ask('A', "delete", path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE("delete", path, exists_at(AT_FDCWD, name), real_unlink(name));
 }
 
 int unlinkat(int dirfd, const char *name, int flags) {
@@ -211,10 +203,7 @@ int unlinkat(int dirfd, const char *name, int flags) {
     /* A folder's removal changes no table: only files are changes. */
     if ((flags & AT_REMOVEDIR) || !gated(dirfd, name, path))
         return real_unlinkat(dirfd, name, flags);
-    ask('B', "delete", path, exists_at(dirfd, name));
-    int result = real_unlinkat(dirfd, name, flags);
-    ask('A', "delete", path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE("delete", path, exists_at(dirfd, name), real_unlinkat(dirfd, name, flags));
 }
 
 int remove(const char *name) {
@@ -223,10 +212,7 @@ int remove(const char *name) {
     struct stat info;
     if (!gated(AT_FDCWD, name, path) || stat(name, &info) != 0 || S_ISDIR(info.st_mode))
         return real_remove(name);
-    ask('B', "delete", path, 1);
-    int result = real_remove(name);
-    ask('A', "delete", path, result == 0 ? 0 : errno);
-    return result;
+    THROUGH_GATE("delete", path, 1, real_remove(name));
 }
 
 /* A file opened to be written under its final name: created, or an existing one
