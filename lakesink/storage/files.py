@@ -28,6 +28,7 @@ __all__ = [
     "check_reachable",
     "copy_file",
     "create_file",
+    "entry_names",
     "folder_names",
     "has_files",
     "is_delta_table",
@@ -177,6 +178,13 @@ def folder_names(location: str) -> list[str]:
 def subfolder_names(location: str) -> list[str]:
     """The names of the folders directly in the folder ``location`` (none if it is absent)."""
     return _listing(location)[1]
+
+
+def entry_names(location: str) -> list[str]:
+    """The names of the files and folders directly in the folder ``location``, from one
+    listing (none if it is absent)."""
+    files, folders = _listing(location)
+    return sorted(files + folders)
 
 
 def _listing(location: str) -> tuple[list[str], list[str]]:

@@ -15,13 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesink.jvm import session_jvm
-from lakesink.storage.files import (
-    folder_names,
-    remove_file,
-    remove_folder,
-    size_of,
-    subfolder_names,
-)
+from lakesink.storage.files import entry_names, remove_file, remove_folder, size_of
 
 __all__ = ["delete_tree", "file_size", "folder_listing"]
 
@@ -55,7 +49,7 @@ def folder_listing(spark: SparkSession, folder: str) -> list[str]:
     """The names in ``folder`` ([] if it does not exist)."""
     found = _file_system(spark, folder)
     if found is None:
-        return sorted(folder_names(folder) + subfolder_names(folder))
+        return entry_names(folder)
     location, fs = found
     if not fs.exists(location):
         return []
