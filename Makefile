@@ -87,7 +87,7 @@ test-needs: lint jvm-archive $(TEST_TOOLS) $(MITMDUMP) $(DBT)
 
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j3 test-needs
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # The quick loop while coding: no slow tests.
 test-fast: lint jvm-archive

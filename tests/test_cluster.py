@@ -10,7 +10,8 @@ totals sink, after the orders sink committed; both tables are then switched to t
 commit (``ALTER TABLE ... SET TBLPROPERTIES ('lakesink.commitMode' = 'metadata')``, as an
 operator does while no writer runs) and the job restarted with ``--commit metadata``, which
 publishes what the killed MERGE left pending. One run for all of them, because a job start
-on the cluster costs more than any test's checks.
+on the cluster costs more than any test's checks; one such run with the tables, journal and
+checkpoint location on local disk, and one with them on the S3 server (``s3_fixture``).
 
 How the tests know nothing was lost or duplicated: every generated order id is in the
 committed view exactly once and the totals table sums to the number of orders, and each
@@ -164,12 +165,9 @@ class FaultedRun:
     restarted: SubmittedJob
 
 
-# On local disk only: on the S3 server the executor kill aimed at the MERGE's write stage
-# once landed on a task of the next stage (the driver's status lags its executors), and
-# each store's run costs six minutes of the suite: the cluster on S3 is left out for now.
-@pytest.fixture(scope="module", params=["local"])
+@pytest.fixture(scope="module", params=["local", "s3"])
 def faulted_run(spark, spark_cluster: LocalCluster, tmp_path_factory, request) -> FaultedRun:
-    """The faulted job with its tables and checkpoint location on local disk."""
+    """The faulted job with its tables and checkpoint location on local disk or on S3."""
     work = tmp_path_factory.mktemp("faulted")
     generate(work, ORDERS, FILES)
     on_s3 = request.param == "s3"
