@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, cast
@@ -299,10 +299,12 @@ def start_daemon(
     ready: Callable[[], bool],
     timeout: float,
     what: str,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Start ``command`` in the background in ``folder``; return its pid once ``ready()``.
 
-    Its output goes to ``folder/log_name``, its pid to ``folder/pid_name``.
+    Its output goes to ``folder/log_name``, its pid to ``folder/pid_name``; ``env`` adds
+    to this process's environment.
 
     Raises:
         ConfigurationError: It exited, or was not ready within ``timeout`` seconds (it is
@@ -317,6 +319,7 @@ def start_daemon(
             stdout=output,
             stderr=subprocess.STDOUT,
             cwd=folder,
+            env={**os.environ, **(env or {})},
             start_new_session=True,  # outlives the command that started it
         )
     (folder / pid_name).write_text(f"{process.pid}\n")

@@ -17,14 +17,23 @@ checkpoint location), and lakesink commits it: when batch N+1 starts, as soon as
 not the listener), on leaving the ``with`` block, and on restart. What happens in which
 failure is listed in ``lakesink.core.microbatch``, which holds the engine-free logic; this
 module is the Spark side: the commit log, the listener, the ``foreachBatch`` callable.
+
+Through Spark Connect, Spark pickles the ``foreachBatch`` function and runs it in a Python
+worker on the server, with a Connect session of its own: the sink hands Spark a small
+picklable function (``_WorkerBatches``) that opens the sinks for each batch in that worker
+(recovering them, which commits batch N-1), writes and pre-commits the batch, and closes
+them again, so the client, which committed nothing while the query ran, can take them over
+on leaving the ``with`` block and commit the last batch.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -40,9 +49,10 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
 from lakesink.jvm import session_jvm
 from lakesink.ops.metrics import MetricsExport, sink_registry
+from lakesink.storage.files import entry_names, read_bytes
 from lakesink.storage.hadoop import delete_tree, folder_listing
 
-__all__ = ["Process", "StreamingSink", "recorded_batch"]
+__all__ = ["Process", "StreamingSink", "recorded_batch", "recorded_offsets"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +81,11 @@ class StreamingSink:
         metrics: Where to send the sinks' metrics (``lakesink.ops.metrics``) after each
             batch's pre-commit and each commit; a failure to send is logged, never raised.
         options: The table's ``SinkOptions``; ``**fields`` set them one by one.
+
+    Through Spark Connect (``SparkSession.builder.remote(...)``) each batch is written in
+    the server's Python worker, which needs lakesink installed; a batch is committed when
+    the next one starts or when the sink closes (``listen`` does not apply), and
+    ``options`` and ``process`` must pickle.
 
     Raises:
         ConfigurationError: A bad sink option, or a checkpoint location that is behind the
@@ -145,27 +160,27 @@ class StreamingSink:
         listen: bool,
         metrics: MetricsExport | None,
     ) -> None:
-        if session_jvm(spark) is None:
-            raise ConfigurationError(
-                "StreamingSink needs a classic Spark session: it writes each micro-batch in "
-                "this process, and through Spark Connect a foreachBatch function runs in a "
-                "Python worker on the server instead. Start the query from "
-                "lakesink.spark_session(), or write batches through a Connect session with a "
-                "CheckpointCoordinator (lakesink.core)"
-            )
         """What both constructors do: recover the sinks from the query's commit log."""
         self.spark = spark
         self.checkpoint_location = checkpoint_location
         _drop_unfinished_first_entries(spark, checkpoint_location)
         self._process = process or _write_to_the_only_sink
-        self._driver = MicroBatchDriver(
-            sinks,
-            recorded=lambda: recorded_batch(spark, checkpoint_location),
-            where=checkpoint_location,
-            step_hook=current_step_hook(),
-        )
+        self._driver = _driver(spark, sinks, checkpoint_location)
         self._metrics = metrics if metrics is not None and metrics.enabled else None
-        self._listener: _CommitListener | None = _CommitListener(self) if listen else None
+        self._listener: _CommitListener | None = None
+        self._worker: _WorkerBatches | None = None
+        if session_jvm(spark) is None:
+            # The server's worker opens the sinks for each batch: this process lets go.
+            self._driver.close(commit=False)
+            specs = {name: _SinkSpec.of(sink) for name, sink in sinks.items()}
+            self._worker = _WorkerBatches(specs, checkpoint_location, self._process, self._metrics)
+            log.info(
+                "%s: a Spark Connect session; each batch is written in the server's Python "
+                "worker and committed when the next one starts or this sink closes",
+                checkpoint_location,
+            )
+        elif listen:
+            self._listener = _CommitListener(self)
 
     @property
     def sinks(self) -> Mapping[str, DeltaSink]:
@@ -174,31 +189,44 @@ class StreamingSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: write batch ``batch_id`` into the sinks and pre-commit it."""
+        if self._worker is not None:
+            return self._worker(batch, batch_id)
         batch_id = int(batch_id)
         _check_is_the_querys(self.spark, self.checkpoint_location, batch_id)
         with self._driver.batch(batch_id) as sinks:
             self._process(batch, sinks)
-        self._export_metrics()
+        _export_metrics(self._metrics, self.sinks)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """What Spark Connect sends the server for ``foreachBatch``: the worker's function."""
+        if self._worker is None:
+            raise TypeError(
+                "a StreamingSink of a classic Spark session runs in this process and is not "
+                "pickled; give foreachBatch the sink itself"
+            )
+        worker = self._worker
+        return _WorkerBatches, tuple(getattr(worker, f.name) for f in fields(worker))
 
     def commit(self) -> list[int]:
         """Commit the batches Spark has recorded in the commit log; return their ids."""
-        committed = self._driver.commit_recorded()
+        if self._worker is not None:
+            committed = self._worker.commit_recorded(self.spark)
+        else:
+            committed = self._driver.commit_recorded()
         if committed:
-            self._export_metrics()
+            _export_metrics(self._metrics, self.sinks)
         return committed
 
     def close(self) -> None:
         """Commit what Spark recorded, stop listening, close the sinks (releasing them)."""
+        if self._worker is not None:
+            self.commit()
+            return
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
         self._driver.close()
-        self._export_metrics()
-
-    def _export_metrics(self) -> None:
-        if self._metrics is not None:
-            paths = [sink.path for sink in self.sinks.values()]
-            self._metrics.send_quietly(sink_registry(paths))
+        _export_metrics(self._metrics, self.sinks)
 
     def __enter__(self) -> StreamingSink:
         return self
@@ -207,10 +235,97 @@ class StreamingSink:
         self.close()
 
 
+@dataclass(frozen=True)
+class _SinkSpec:
+    """What opens a sink again in another process: its table, columns and options."""
+
+    path: str
+    schema: StructType
+    options: SinkOptions
+
+    @classmethod
+    def of(cls, sink: DeltaSink) -> _SinkSpec:
+        return cls(sink.path, sink.schema, sink.options)
+
+    def open(self, spark: SparkSession) -> DeltaSink:
+        return DeltaSink(spark, self.path, schema=self.schema, options=self.options)
+
+
+@dataclass(frozen=True)
+class _WorkerBatches:
+    """A Spark Connect query's ``foreachBatch`` function, run in the server's Python worker.
+
+    Each batch opens the sinks with the worker's session (their recovery commits what
+    Spark recorded, batch N-1 among it), writes and pre-commits the batch, and closes them:
+    a sink's writer lock is held only while a batch is written, so the client can take the
+    sinks over once the query has stopped.
+    """
+
+    sinks: Mapping[str, _SinkSpec]
+    checkpoint_location: str
+    process: Process
+    metrics: MetricsExport | None
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        batch_id = int(batch_id)
+        _check_is_the_querys(spark, self.checkpoint_location, batch_id)
+        driver = self._open(spark)
+        try:
+            with driver.batch(batch_id) as sinks:
+                self.process(batch, sinks)
+        finally:
+            driver.close(commit=False)  # the next batch, or the client's close, commits it
+        _export_metrics(self.metrics, driver.sinks)
+
+    def commit_recorded(self, spark: SparkSession) -> list[int]:
+        """Commit what Spark recorded (opening the sinks recovers them); return the ids."""
+        driver = self._open(spark)
+        driver.close(commit=False)
+        return driver.recovered
+
+    def _open(self, spark: SparkSession) -> MicroBatchDriver[DeltaSink]:
+        sinks = {name: spec.open(spark) for name, spec in self.sinks.items()}
+        return _driver(spark, sinks, self.checkpoint_location)
+
+
+def _driver(
+    spark: SparkSession, sinks: Mapping[str, DeltaSink], checkpoint_location: str
+) -> MicroBatchDriver[DeltaSink]:
+    """The sinks recovered from the query's commit log, driven by its micro-batches."""
+    return MicroBatchDriver(
+        sinks,
+        recorded=lambda: recorded_batch(spark, checkpoint_location),
+        where=checkpoint_location,
+        step_hook=current_step_hook(),
+    )
+
+
+def _export_metrics(metrics: MetricsExport | None, sinks: Mapping[str, DeltaSink]) -> None:
+    if metrics is not None:
+        metrics.send_quietly(sink_registry([sink.path for sink in sinks.values()]))
+
+
 def recorded_batch(spark: SparkSession, checkpoint_location: str) -> int:
     """The last batch id in a query's commit log (``commits/``), -1 before the first."""
     names = folder_listing(spark, f"{checkpoint_location.rstrip('/')}/commits")
     return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+def recorded_offsets(checkpoint_location: str) -> list[dict[str, Any]] | None:
+    """Each source's offset in a query's last offsets entry (``offsets/N``), in the query's
+    source order; None before its first batch. Read without Spark.
+
+    Spark writes the entry as a version line, a metadata line, then one line per source:
+    its offset as JSON (a file source's ``{"logOffset": N}``, Kafka's ``{topic: {partition:
+    offset}}``), or ``-`` for a source with none yet.
+    """
+    folder = f"{checkpoint_location.rstrip('/')}/offsets"
+    batches = [int(n) for n in entry_names(folder) if n.isdigit()]
+    if not batches:
+        return None
+    lines = read_bytes(f"{folder}/{max(batches)}").decode().splitlines()[2:]
+    return [json.loads(line) if line.strip() != "-" else {} for line in lines]
 
 
 # Spark writes each entry of a query's offsets and commit logs to a hidden file beside it,

@@ -1,6 +1,7 @@
-"""lakesink through Spark Connect: the sink, a group's coordinator, the readers, an
-operator's commit (the library's and ``lakesink commit --remote``) and ``lakesink vacuum
---remote``, from clients with no JVM, in both commit modes.
+"""lakesink through Spark Connect: the sink, a group's coordinator, the readers, a
+streaming query's batches written in the server's Python worker, an operator's commit (the
+library's and ``lakesink commit --remote``) and ``lakesink vacuum --remote``, from clients
+with no JVM, in both commit modes.
 
 The client (``tests/data/connect/client.py``) runs in a process of its own with no ``java``
 on its ``PATH`` and no ``JAVA_HOME``: anything of lakesink that tried to start or reach a
@@ -59,7 +60,11 @@ def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
     assert found["group"] == [6, 6] and found["group_committed"] == [6, 6]
     assert found["held_verdict"] == "held"
     assert found["held_before"] == [] and found["held_after"] == list(range(5))
-    assert "needs a classic Spark session" in found["streaming"]
+    # The streaming query: two batches, then one more after its restart. Each batch's
+    # commit waited for the next batch (in the server's worker) or for the client's close.
+    assert found["before_close"] == [4, 8]  # the last batch of each run still pending
+    assert found["after_close"] == [list(range(8)), list(range(12))]
+    assert found["counts"] == [4, 4, 4]  # one row per batch in the other table, each once
 
     # The operator's commands, through the same server, from a process with no JVM.
     held = str(tmp_path / "lake" / "held")

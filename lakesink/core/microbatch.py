@@ -84,8 +84,9 @@ class MicroBatchDriver(Generic[SinkT]):
         self._committer = GlobalCommitter(self.sinks, group_id=self.group_id)
         self._committer.form_group()
         try:
-            for name, sink in self.sinks.items():
-                _check_not_behind(name, sink, last, where)
+            recovered = {
+                c for n, s in self.sinks.items() for c in _recorded_pending(n, s, last, where)
+            }
             for sink in self.sinks.values():
                 sink.initialize_from_log(last)
             self._step("after_recovery", last)
@@ -95,6 +96,8 @@ class MicroBatchDriver(Generic[SinkT]):
             self.close(commit=False)
             raise
         self._committed_through = last
+        #: The recorded batches this driver's recovery committed, in order.
+        self.recovered = sorted(recovered)
         log.info("micro-batches: recorded through %d; the next is %d", last, last + 1)
 
     @property
@@ -158,11 +161,15 @@ class MicroBatchDriver(Generic[SinkT]):
             self._step_hook(name, batch_id)
 
 
-def _check_not_behind(name: str, sink: TwoPhaseCommitSink[Any, Any], last: int, where: str) -> None:
-    """Refuse a record that is behind what the sink's log says happened (scenario 5)."""
+def _recorded_pending(
+    name: str, sink: TwoPhaseCommitSink[Any, Any], last: int, where: str
+) -> set[int]:
+    """The recorded batches the sink's recovery commits; refuses a record that is behind
+    what the sink's log says happened (scenario 5)."""
+    logged = sink.read_log()
     ahead = [
         t
-        for t in sink.read_log().transactions
+        for t in logged.transactions
         if t.holder.checkpoint_id > last + 1
         or (t.state is TxnState.COMMITTED and t.holder.checkpoint_id > last)
     ]
@@ -175,3 +182,4 @@ def _check_not_behind(name: str, sink: TwoPhaseCommitSink[Any, Any], last: int, 
             "the query its original checkpoint location, or give the sink a new writer_id "
             "(its batch ids then start again at 0)"
         )
+    return {h.checkpoint_id for h in logged.completed_through(last).pending_commit}

@@ -83,6 +83,7 @@ def test_a_crash_before_the_record_replays_the_batch_as_a_new_transaction():
     assert engine.recorded == 0
 
     restarted = engine.start()  # Spark runs batch 1 again with the same input
+    assert restarted.recovered == []  # batch 1 was not recorded: aborted, not committed
     engine.run(restarted, 1, ["b"])
     restarted.close()
 
@@ -100,10 +101,13 @@ def test_a_crash_after_the_record_is_committed_by_a_restart_with_no_new_input():
         driver.commit_recorded()
     assert engine.visible() == Counter()
 
-    engine.start().close()  # the restarted query has nothing to run
+    restarted = engine.start()  # the restarted query has nothing to run
+    assert restarted.recovered == [0]
+    restarted.close()
 
     for name in SINKS:
         assert engine.visible(name) == Counter("a")
+    assert engine.start().recovered == []  # committed: nothing left for the next one
 
 
 def test_a_validation_failure_in_one_sink_withholds_the_batch_in_every_sink():

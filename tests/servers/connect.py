@@ -68,6 +68,9 @@ def start_connect_server(folder: Path, *, port: int, ivy_dir: str | None) -> Con
         ready=lambda: listening("127.0.0.1", port),
         timeout=180,
         what="the Spark Connect server",
+        # A foreachBatch function's worker runs $PYSPARK_PYTHON (python3 without it), not
+        # spark.pyspark.python: it needs lakesink and the Connect client's packages.
+        env={"PYSPARK_PYTHON": sys.executable},
     )
     return ConnectServer(port)
 

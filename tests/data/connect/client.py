@@ -2,8 +2,9 @@
 
     python client.py SERVER_URL LAKE
 
-A table committed by MERGE (a sink alone, and a checkpoint an operator commits), and a
-group of two tables committed by metadata: both commit modes, once each.
+A table committed by MERGE (a sink alone, and a checkpoint an operator commits), a group
+of two tables committed by metadata, and a streaming query into two tables (one of each
+mode) run twice.
 
 Prints one JSON object: what each step did, read back where it can be by delta-rs (a
 reader that is neither lakesink nor Spark).
@@ -20,7 +21,6 @@ from pyspark.sql import SparkSession
 import lakesink
 from lakesink import DeltaSink
 from lakesink.core import CheckpointCoordinator
-from lakesink.errors import ConfigurationError
 from lakesink.spark.validation import ValidationGate
 from lakesink.streaming import StreamingSink
 from lakesink.tables.checkpoints import DeltaCheckpointStore
@@ -74,10 +74,43 @@ found["held_before"] = published_ids(held)
 lakesink.Table(held).commit(spark, checkpoint)
 found["held_after"] = published_ids(held)
 
-try:
-    StreamingSink(
-        spark, f"{lake}/stream", checkpoint_location=f"{lake}/_stream", schema="id BIGINT"
-    )
-except ConfigurationError as exc:
-    found["streaming"] = str(exc)
+# A streaming query of two tables, one per commit mode: each batch is written in the
+# server's Python worker, the last one committed when the client's sink closes.
+landing, checkpoints = f"{lake}/landing", f"{lake}/_stream"
+streamed = {"events": f"{lake}/events", "counts": f"{lake}/counts"}
+
+
+def process(batch, sinks):
+    sinks["events"].write(batch)
+    sinks["counts"].write(batch.groupBy().count().withColumnRenamed("count", "n"))
+
+
+def run_query(new_files: int) -> None:
+    for _ in range(new_files):
+        first = spark.read.parquet(landing).count() if found.get("landed") else 0
+        spark.range(first, first + 4).coalesce(1).write.mode("append").parquet(landing)
+        found["landed"] = first + 4
+    sinks = {
+        "events": DeltaSink(spark, streamed["events"], schema="id BIGINT", commit="metadata"),
+        "counts": DeltaSink(spark, streamed["counts"], schema="n BIGINT", commit="merge"),
+    }
+    source = spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).parquet(landing)
+    with StreamingSink.for_sinks(
+        spark, sinks, process=process, checkpoint_location=checkpoints
+    ) as sink:
+        query = (
+            source.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoints)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        found.setdefault("before_close", []).append(len(published_ids(streamed["events"])))
+    found.setdefault("after_close", []).append(published_ids(streamed["events"]))
+
+
+run_query(2)
+run_query(1)  # the query started again, with one new file
+counts = DeltaTable(published_path(streamed["counts"])).to_pyarrow_table()
+found["counts"] = sorted(counts.column("n").to_pylist())
 print(json.dumps(found))
