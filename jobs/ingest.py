@@ -202,6 +202,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             "the files that arrive there), or pass the right --landing"
         )
 
+    checkpoint_location = join(normalize(args.state), args.job_id)
+    check_state_source(checkpoint_location, args)
+
     from lakesink.delta.options import SinkOptions
     from lakesink.delta.sink import DeltaSink
     from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
@@ -214,7 +217,6 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         jvm_output=jvm_output(args),
     )
     options = SinkOptions(journal_path=args.journal, commit=args.commit)
-    checkpoint_location = join(normalize(args.state), args.job_id)
     stream = _kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args)
     batches: list[int] = []
 
@@ -289,6 +291,32 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     finally:
         spark.stop()
     return len(batches)
+
+
+def check_state_source(checkpoint_location: str, args: argparse.Namespace) -> None:
+    """Refuse a checkpoint location whose query read another source than this run's.
+
+    Spark itself finds out only inside the first batch, and fails it with a trace (a Kafka
+    source given a file source's offset, or the reverse).
+    """
+    from lakesink.streaming import recorded_offsets
+
+    offsets = recorded_offsets(checkpoint_location)
+    if not offsets:
+        return
+    (offset,) = offsets  # the job's query reads one source
+    if "logOffset" in offset:
+        recorded, same = "a landing folder (Spark's file source)", bool(args.landing)
+    else:
+        topics = ", ".join(sorted(offset))
+        recorded, same = f"Kafka topic {topics}", args.kafka and topics == args.topic
+    if not same:
+        this = f"Kafka topic {args.topic}" if args.kafka else f"the landing folder {args.landing}"
+        raise ConfigurationError(
+            f"--state {args.state} holds the query {args.job_id!r} of {recorded}, not of "
+            f"{this}: give this source its own --state (or --job-id), or run the job with "
+            "the source that query reads"
+        )
 
 
 def _stop_between_batches(query: StreamingQuery, wait_s: float = 120.0) -> None:

@@ -37,6 +37,7 @@ from kafka_fixture import produce
 from s3_fixture import STORES, s3_uri
 
 from lakesink import committed
+from lakesink.cli.exits import EXIT_BAD_INPUT
 from lakesink.core import TxnState
 from lakesink.readers.spark import committed_stream
 from lakesink.storage.location import join
@@ -320,3 +321,23 @@ def test_the_commit_log_the_status_and_the_journals_name_the_same_checkpoint_ids
             t.checkpoint_id for t in journal.transactions(sink) if t.state is TxnState.COMMITTED
         ]
         assert committed_ids == RECORDED
+
+
+def test_a_state_folder_of_another_source_is_refused_in_one_line(
+    chain: Chain, kafka_chain: Chain
+) -> None:
+    # The landing chain's state given to a Kafka run, and the Kafka chain's to a landing
+    # run: each refused before Spark starts (the broker's address is a closed port).
+    kafka = ("--kafka", "127.0.0.1:9", "--topic", "orders")
+    runs = {
+        "a landing folder (Spark's file source), not of Kafka topic orders": ingest(
+            chain.work, None, source=kafka, lake=chain.lake
+        ),
+        "Kafka topic orders, not of the landing folder": ingest(
+            kafka_chain.work, None, lake=kafka_chain.lake
+        ),
+    }
+    for says, run in runs.items():
+        assert run.returncode == EXIT_BAD_INPUT, run.stderr[-3000:]
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith("ingest: --state ") and says in line, line
