@@ -1,5 +1,6 @@
 """A Spark Connect server with Delta for the Connect tests, one per test session, stopped at
-the end (``servers.connect``); its Delta jars come from lakesink's cache."""
+the end (``servers.connect``); its Delta jars come from lakesink's cache, and it reaches
+the tests' S3 server as well as local disk."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ import pytest
 from servers.cluster import free_port
 from servers.connect import ConnectServer, start_connect_server, stop_connect_server
 
+from lakesink.storage.options import StorageOptions
+
 
 @pytest.fixture(scope="session")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+def connect_server(s3_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     folder = tmp_path_factory.mktemp("connect")
     server = start_connect_server(
-        folder, port=free_port(), ivy_dir=os.environ.get("LAKESINK_IVY_DIR")
+        folder,
+        port=free_port(),
+        ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
+        storage=StorageOptions.from_env(),  # the S3 server's, exported by s3_server
     )
     try:
         yield server

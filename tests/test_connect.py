@@ -1,7 +1,7 @@
 """lakesink through Spark Connect: the sink, a group's coordinator, the readers, a
 streaming query's batches written in the server's Python worker, an operator's commit (the
 library's and ``lakesink commit --remote``) and ``lakesink vacuum --remote``, from clients
-with no JVM, in both commit modes.
+with no JVM, in both commit modes, with the tables on local disk and on the S3 server.
 
 The client (``tests/data/connect/client.py``) runs in a process of its own with no ``java``
 on its ``PATH`` and no ``JAVA_HOME``: anything of lakesink that tried to start or reach a
@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from s3_fixture import STORES, s3_uri
+
+from lakesink.storage.location import join
 
 CLIENT = Path(__file__).resolve().parent / "data" / "connect" / "client.py"
 LAKESINK = Path(sys.executable).parent / "lakesink"
@@ -28,9 +31,14 @@ def published_ids(table: str) -> list[int]:
     """The ids the table's published table holds, read by delta-rs."""
     from deltalake import DeltaTable
 
+    from lakesink.storage.options import StorageOptions
     from lakesink.tables.format import published_path
 
-    return sorted(DeltaTable(published_path(table)).to_pyarrow_table().column("id").to_pylist())
+    location = published_path(table)
+    options = StorageOptions.from_env().deltars_options(location)
+    return sorted(
+        DeltaTable(location, storage_options=options).to_pyarrow_table().column("id").to_pylist()
+    )
 
 
 def without_java() -> dict[str, str]:
@@ -42,11 +50,13 @@ def without_java() -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", STORES)
 def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
-    connect_server, tmp_path: Path
+    connect_server, store: str, tmp_path: Path
 ) -> None:
+    lake = s3_uri("connect") if store == "s3" else str(tmp_path / "lake")
     done = subprocess.run(
-        [sys.executable, str(CLIENT), connect_server.url, str(tmp_path / "lake")],
+        [sys.executable, str(CLIENT), connect_server.url, lake],
         capture_output=True,
         text=True,
         timeout=900,
@@ -67,7 +77,7 @@ def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
     assert found["counts"] == [4, 4, 4]  # one row per batch in the other table, each once
 
     # The operator's commands, through the same server, from a process with no JVM.
-    held = str(tmp_path / "lake" / "held")
+    held = join(lake, "held")
     second = str(found["held_second"])
     command = [str(LAKESINK), "commit", held, "--checkpoint", second, "--yes", "--remote"]
     done = subprocess.run(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyspark
 
 from lakesink.jvm import delta_jars, listening, start_daemon, stop_daemon
+from lakesink.storage.options import StorageOptions
 
 __all__ = ["ConnectServer", "start_connect_server", "stop_connect_server"]
 
@@ -33,12 +34,14 @@ class ConnectServer:
         return f"sc://127.0.0.1:{self.port}"
 
 
-def start_connect_server(folder: Path, *, port: int, ivy_dir: str | None) -> ConnectServer:
+def start_connect_server(
+    folder: Path, *, port: int, ivy_dir: str | None, storage: StorageOptions | None = None
+) -> ConnectServer:
     """Start the server in the background (its log and pid in ``folder``); return once it
-    listens."""
+    listens. With ``storage``, it also reads and writes ``s3a://`` tables on that store."""
     home = Path(pyspark.__file__).parent
     connect_jar = next((home / "jars").glob("spark-connect_*.jar"))
-    jars = ",".join(str(j) for j in [*delta_jars(ivy_dir), connect_jar])
+    jars = [*delta_jars(ivy_dir), connect_jar]
     settings = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -50,6 +53,12 @@ def start_connect_server(folder: Path, *, port: int, ivy_dir: str | None) -> Con
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    if storage is not None:
+        # hadoop-aws and the AWS SDK read in place from the class path; the log store jar
+        # needs Delta's classes, so it goes with them in --jars.
+        settings |= storage.spark_conf()
+        settings["spark.driver.extraClassPath"] = ":".join(storage.spark_class_path())
+        jars += storage.spark_jars()
     command = [
         str(home / "bin" / "spark-submit"),
         "--class",
@@ -57,7 +66,7 @@ def start_connect_server(folder: Path, *, port: int, ivy_dir: str | None) -> Con
         "--master",
         "local[2]",
         "--jars",
-        jars,
+        ",".join(str(j) for j in jars),
         *[part for key, value in settings.items() for part in ("--conf", f"{key}={value}")],
     ]
     start_daemon(

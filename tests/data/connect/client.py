@@ -22,6 +22,7 @@ import lakesink
 from lakesink import DeltaSink
 from lakesink.core import CheckpointCoordinator
 from lakesink.spark.validation import ValidationGate
+from lakesink.storage.options import StorageOptions
 from lakesink.streaming import StreamingSink
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.format import published_path
@@ -31,8 +32,14 @@ spark = SparkSession.builder.remote(url).getOrCreate()
 found: dict[str, object] = {"session": type(spark).__module__}
 
 
+def published(path: str) -> DeltaTable:
+    """The table's published table, opened by delta-rs (on S3 with the store's settings)."""
+    location = published_path(path)
+    return DeltaTable(location, storage_options=StorageOptions.from_env().deltars_options(location))
+
+
 def published_ids(path: str) -> list[int]:
-    return sorted(DeltaTable(published_path(path)).to_pyarrow_table().column("id").to_pylist())
+    return sorted(published(path).to_pyarrow_table().column("id").to_pylist())
 
 
 # A sink driving its own checkpoints: two of them.
@@ -111,6 +118,6 @@ def run_query(new_files: int) -> None:
 
 run_query(2)
 run_query(1)  # the query started again, with one new file
-counts = DeltaTable(published_path(streamed["counts"])).to_pyarrow_table()
+counts = published(streamed["counts"]).to_pyarrow_table()
 found["counts"] = sorted(counts.column("n").to_pylist())
 print(json.dumps(found))
