@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,101 @@ def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["rows_removed"] == 0  # nothing aborted: nothing to remove
+
+
+FAULTS = Path(__file__).resolve().parent / "faults.py"
+CHECKPOINTS = CLIENT.parent / "checkpoints.py"
+# The server's log line as a MERGE starts writing the rows it publishes.
+MERGE_WRITES = "MERGE operation - writing new files"
+
+
+def checkpoints_command(url: str, table: str) -> list[str]:
+    """The Connect job of ``tests/data/connect/checkpoints.py``: checkpoints 1-3 of
+    ``table``, run through ``tests/faults.py`` (the faults its environment asks for)."""
+    return [sys.executable, str(FAULTS), str(CHECKPOINTS), url, table, "3"]
+
+
+def merge_operations(table: str) -> int:
+    from deltalake import DeltaTable
+
+    return sum(1 for h in DeltaTable(table).history() if h.get("operation") == "MERGE")
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 600) -> None:
+    """Until ``condition()``; fails if ``process`` ends first or it takes over the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"the client ended before {what}: {process.returncode}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_client_killed_between_pre_commit_and_commit_is_finished_by_its_next_run(
+    connect_server, tmp_path: Path
+) -> None:
+    table = str(tmp_path / "orders")
+    command = checkpoints_command(connect_server.url, table)
+    env = without_java()
+    killed = subprocess.run(
+        command, capture_output=True, text=True, timeout=600,
+        env={**env, "LAKESINK_CRASH_AT": "before_publish@2"},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "SIGKILL at before_publish of checkpoint 2" in killed.stderr
+    assert published_ids(table) == list(range(5))  # 2 was pre-committed, not visible
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "wrote [3]" in again.stdout  # 2 was committed by its recovery, not written again
+    assert published_ids(table) == list(range(15))  # every id once
+
+
+@pytest.mark.slow
+def test_the_server_killed_during_the_commit_merge_then_restarted(
+    tmp_path: Path, record_property
+) -> None:
+    from servers.cluster import free_port
+    from servers.connect import PID_FILE, start_connect_server, stop_connect_server
+
+    from lakesink.core import TxnState
+    from lakesink.tables.journal import Journal
+
+    folder, port = tmp_path / "server", free_port()
+    server = start_connect_server(folder, port=port, ivy_dir=os.environ.get("LAKESINK_IVY_DIR"))
+    table, markers = str(tmp_path / "orders"), tmp_path / "markers"
+    env = {**without_java(), "LAKESINK_STEP_MARKERS": str(markers)}
+    try:
+        client = subprocess.Popen(
+            checkpoints_command(server.url, table),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**env, "LAKESINK_HOLD_AT": "before_publish@2"},
+        )  # fmt: skip
+        wait_for(lambda: (markers / "before_publish@2.1").exists(), "checkpoint 2's commit", client)
+        log = folder / "connect.log"
+        merges = log.read_text(errors="replace").count(MERGE_WRITES)  # checkpoint 1's
+        (markers / "before_publish@2.go").touch()
+        wait_for(
+            lambda: log.read_text(errors="replace").count(MERGE_WRITES) > merges,
+            "MERGE of checkpoint 2 on the server",
+            client,
+        )
+        os.killpg(int((folder / PID_FILE).read_text()), signal.SIGKILL)
+        # The MERGE never committed: the table has checkpoint 1's alone, and the journal
+        # has checkpoint 2 pending (a sink alone journals no decision before its MERGE).
+        assert merge_operations(table) == 1
+        journal = Journal(str(tmp_path / "_lakesink_journal"), create=False)
+        states = {t.checkpoint_id: t.state for t in journal.transactions("orders")}
+        assert states[2] in (TxnState.PRE_COMMITTED, TxnState.COMMITTING), states
+        server = start_connect_server(folder, port=port, ivy_dir=os.environ.get("LAKESINK_IVY_DIR"))
+        _, stderr = client.communicate(timeout=900)  # failed, or went on through the new one
+        ended = (stderr.strip().splitlines() or [""])[-1][:200]
+        record_property("figures", f"the client the kill hit: exit {client.returncode}, {ended}")
+        again = subprocess.run(
+            checkpoints_command(server.url, table),
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert published_ids(table) == list(range(15))  # every id once
+    finally:
+        stop_connect_server(folder)
