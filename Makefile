@@ -27,12 +27,23 @@ $(IVY_STAMP): $(STAMP) Makefile
 # machine sets it), nothing else would, and every Python process compiles all it imports.
 UV := $(BIN)/uv
 UV_INSTALL := $(UV) pip install --quiet --compile-bytecode
-$(STAMP): pyproject.toml
+# lakesink into .venv with the extras $(1), editable.
+define install
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet 'uv>=0.9,<1'
-	$(UV_INSTALL) --python $(BIN)/python -e '.[dev]'
+	$(UV_INSTALL) --python $(BIN)/python -e '.[$(1)]'
 	@java -version >/dev/null 2>&1 || { echo "Java 17 is needed (java not found on PATH)"; exit 1; }
 	touch $@
+endef
+
+$(STAMP): pyproject.toml
+	$(call install,dev)
+
+# The demo needs lakesink with Spark, not the development tools: a new user's first command
+# installs what it runs and nothing more.
+DEMO_STAMP := $(VENV)/.installed-demo
+$(DEMO_STAMP): pyproject.toml
+	$(call install,spark)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lakesink jobs tests benchmarks
@@ -100,7 +111,7 @@ crash-points: $(IVY_STAMP) $(MITMDUMP) jvm-archive
 	$(BIN)/python tests/crashpoints/run.py --report docs/reliability.md
 
 # Sample orders, the ingest job killed mid-checkpoint and restarted, vacuum, the proof.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python jobs/demo.py --out demo-output
 
 # The documentation site, built offline into site/ (mkdocs-material, with the API reference

@@ -36,7 +36,19 @@ __all__ = sorted(_PUBLIC)
 
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        try:
+            module = importlib.import_module(_PUBLIC[name])
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != "pyspark":
+                raise
+            # lakesink brings no Spark of its own (an environment may have one already).
+            raise ModuleNotFoundError(
+                f"lakesink.{name} needs pyspark, which is not installed: pip install "
+                "'lakesink[spark]' (Spark on this machine) or 'lakesink[connect]' (a Spark "
+                "Connect client)",
+                name=exc.name,
+            ) from exc
+        value = getattr(module, name)
         globals()[name] = value  # once: later uses find it without this call
         return value
     raise AttributeError(f"module 'lakesink' has no attribute {name!r}")

@@ -25,7 +25,8 @@ from s3_fixture import STORES, s3_uri
 
 from lakesink.storage.location import join
 
-CLIENT = Path(__file__).resolve().parent / "data" / "connect" / "client.py"
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "tests" / "data" / "connect" / "client.py"
 LAKESINK = Path(sys.executable).parent / "lakesink"
 
 
@@ -193,3 +194,42 @@ def test_the_server_killed_during_the_commit_merge_then_restarted(
         assert published_ids(table) == list(range(15))  # every id once
     finally:
         stop_connect_server(folder)
+
+
+@pytest.mark.slow
+def test_the_readme_hello_world_runs_from_a_thin_install(connect_server, tmp_path: Path) -> None:
+    """lakesink[connect] in a fresh virtualenv: pyspark's Connect client, no pyspark."""
+    from test_readme import hello_world
+
+    uv, thin = Path(sys.executable).parent / "uv", tmp_path / "thin"
+    python = thin / "bin" / "python"
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, thin], check=True)
+    installed = subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", python, f"{ROOT}[connect]"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    listing = "import importlib.metadata as m; print(*(d.name for d in m.distributions()))"
+    names = subprocess.run(
+        [python, "-c", listing], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {n for n in names if "spark" in n.lower()} == {"pyspark-client"}, names
+    local = subprocess.run(
+        [python, "-c", "import lakesink; lakesink.spark_session()"],
+        capture_output=True, text=True, env=without_java(),
+    )  # fmt: skip
+    assert "this pyspark is Spark Connect's client alone" in local.stderr, local.stderr[-2000:]
+
+    hello, shown = hello_world()
+    session = "spark = lakesink.spark_session()\n"
+    assert session in hello
+    remote = f"spark = SparkSession.builder.remote({connect_server.url!r}).getOrCreate()\n"
+    hello = "from pyspark.sql import SparkSession\n" + hello.replace(session, remote)
+    project = tmp_path / "project"
+    project.mkdir()
+    ran = subprocess.run(
+        [python, "-c", hello], cwd=project, capture_output=True, text=True, timeout=600,
+        env=without_java(),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines() == shown

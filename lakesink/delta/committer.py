@@ -44,7 +44,7 @@ from lakesink.spark.settings import (
     USER_METADATA_CONF,
     WRITE_SETTINGS,
     CommitRetry,
-    conflict_exceptions,
+    is_conflict,
     labelled,
     retry_on_conflict,
     session_conf,
@@ -185,14 +185,14 @@ class MergeCommitter(Committer):
                     on_retry=on_retry,
                 )
                 inserted += merged or 0  # None: Delta found the version recorded; look again
-        except conflict_exceptions() as exc:
-            raise CommitFailedError(
-                f"{c.what} still conflicted after {self.retry.max_attempts} attempts "
-                f"({type(exc).__name__}); nothing changed, it stays pending"
-            ) from exc
         except CommitFailedError:
             raise
         except Exception as exc:
+            if is_conflict(exc):
+                raise CommitFailedError(
+                    f"{c.what} still conflicted after {self.retry.max_attempts} attempts "
+                    f"({type(exc).__name__}); nothing changed, it stays pending"
+                ) from exc
             _raise_if_refused(exc, c.table)
             raise CommitStateUnknownError(
                 f"{c.what} failed ({exc!r}); the MERGE may or may not have taken effect: it "

@@ -104,6 +104,8 @@ def spark_session(
         return existing
     # spark-submit starts the JVM first and hands the master over; do not override it.
     launching = "PYSPARK_GATEWAY_PORT" not in os.environ
+    if launching:
+        _check_can_start_spark()
     master = master or os.environ.get(MASTER_ENV) or ("local[*]" if launching else None)
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
     builder = _builder(app_name, master, ivy_dir, metastore_dir)
@@ -123,6 +125,21 @@ def spark_session(
     _check_delta(session)
     log.info("Spark %s session with Delta (%s)", session.version, delta_maven_coordinate())
     return session
+
+
+def _check_can_start_spark() -> None:
+    """Refuse to start Spark from a pyspark that has none: the Connect client alone."""
+    import pyspark
+
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    if not (home / "jars").is_dir():
+        raise ConfigurationError(
+            f"lakesink.spark_session() starts Spark on this machine, and {home} holds no "
+            "Spark jars: this pyspark is Spark Connect's client alone (pyspark-client). "
+            "Connect to a server instead (SparkSession.builder.remote('sc://host:15002')"
+            ".getOrCreate(); the commands take --remote), or install 'lakesink[spark]' in an "
+            "environment without pyspark-client"
+        )
 
 
 def _metastore(directory: str | None, url: str | None) -> tuple[str | None, str | None]:

@@ -3,6 +3,7 @@ of lakesink's writes and MERGEs, and retries of Delta write conflicts."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -15,17 +16,20 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
 from lakesink.jvm import session_jvm
 
 __all__ = [
+    "CONFLICT_CONDITIONS",
     "MERGE_SETTINGS",
     "USER_METADATA_CONF",
     "WRITE_SETTINGS",
     "CommitRetry",
-    "conflict_exceptions",
+    "capture_delta_errors",
+    "is_conflict",
     "job_tag",
     "labelled",
     "retry_on_conflict",
@@ -198,14 +202,14 @@ def retry_on_conflict(
     ``on_retry`` gets the number of the attempt about to start and the conflict. The last
     conflict is raised once the attempts are used up.
     """
-    conflicts = conflict_exceptions()
+    capture_delta_errors()
     backoff = retry.initial_backoff_s
     attempt = 1
     while True:
         try:
             return command()
-        except conflicts as exc:
-            if attempt >= retry.max_attempts:
+        except Exception as exc:
+            if not is_conflict(exc) or attempt >= retry.max_attempts:
                 raise
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             log.info("%s conflicted (attempt %d), retrying: %s", what, attempt, error)
@@ -216,19 +220,56 @@ def retry_on_conflict(
             backoff = min(backoff * 2, retry.max_backoff_s)
 
 
-def conflict_exceptions() -> tuple[type[BaseException], ...]:
-    """The Delta exceptions that mean "a concurrent commit got in the way; try again"."""
-    import delta.exceptions.captured  # noqa: F401  (makes PySpark raise the classes below)
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
+#: Delta's error conditions for "a concurrent commit got in the way; try again" (some come
+#: with a sub-condition, as in ``DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT``).
+CONFLICT_CONDITIONS = frozenset(
+    {
+        "DELTA_CONCURRENT_APPEND",
+        "DELTA_CONCURRENT_DELETE_DELETE",
+        "DELTA_CONCURRENT_DELETE_READ",
+        "DELTA_CONCURRENT_TRANSACTION",
+        "DELTA_CONCURRENT_WRITE",
+        "DELTA_METADATA_CHANGED",
+        "DELTA_PROTOCOL_CHANGED",
+    }
+)
 
+
+def is_conflict(error: BaseException) -> bool:
+    """Whether ``error`` is a Delta write conflict, from a classic or a Connect session.
+
+    A classic session raises delta-spark's exception classes (once ``capture_delta_errors``
+    put its hook in); a Connect session, PySpark's exceptions carrying Delta's condition.
+    """
+    if isinstance(error, _delta_conflict_classes()):
+        return True
+    condition = error.getCondition() if isinstance(error, PySparkException) else None
+    return (condition or "").split(".")[0] in CONFLICT_CONDITIONS
+
+
+def capture_delta_errors() -> None:
+    """Have a classic session raise Delta's errors as delta-spark's exception classes.
+
+    Without delta-spark's hook, Py4J's error comes through; a Spark Connect client alone
+    (no delta-spark installed) needs no hook.
+    """
+    with contextlib.suppress(ImportError):
+        import delta.exceptions.captured  # noqa: F401
+
+
+def _delta_conflict_classes() -> tuple[type[BaseException], ...]:
+    try:
+        from delta.exceptions import (
+            ConcurrentAppendException,
+            ConcurrentDeleteDeleteException,
+            ConcurrentDeleteReadException,
+            ConcurrentTransactionException,
+            ConcurrentWriteException,
+            MetadataChangedException,
+            ProtocolChangedException,
+        )
+    except ImportError:  # a Spark Connect client alone: no delta-spark
+        return ()
     return (
         ConcurrentAppendException,
         ConcurrentDeleteReadException,

@@ -82,7 +82,7 @@ def _remote_session(url: str) -> SparkSession:
     except ImportError as exc:
         raise ConfigurationError(
             f"--remote needs pyspark's Spark Connect client ({exc}): pip install "
-            "'lakesink[connect]'"
+            "'pyspark[connect]' beside a full pyspark, or 'lakesink[connect]' without one"
         ) from None
     print(f"connecting to Spark Connect at {url} ...", file=sys.stderr, flush=True)
     return SparkSession.builder.remote(url).getOrCreate()
