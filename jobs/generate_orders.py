@@ -58,7 +58,8 @@ def main() -> int:
     count = generate(
         Path(args.landing), orders=args.orders, files=args.files, first_id=args.first_id
     )
-    print(f"wrote {count} orders in {args.files} files to {args.landing}")
+    files = f"{args.files} file{'' if args.files == 1 else 's'}"
+    print(f"wrote {count} orders in {files} to {args.landing}")
     return 0
 
 

@@ -72,14 +72,15 @@ def totals(orders: DataFrame) -> DataFrame:
     )
 
 
-def _at_least_one(text: str) -> int:
+# Named for argparse's message: "invalid count value: 'x'".
+def count(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
-def _positive(text: str) -> float:
+def seconds(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value:g}")
@@ -115,14 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--files-per-checkpoint",
-        type=_at_least_one,
+        type=count,
         default=10,
         metavar="N",
         help="at most N landing files per micro-batch (default 10)",
     )
     parser.add_argument(
         "--records-per-checkpoint",
-        type=_at_least_one,
+        type=count,
         default=10_000,
         metavar="N",
         help="with --kafka: at most N records per micro-batch (default 10000)",
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--checkpoint-seconds",
-        type=_positive,
+        type=seconds,
         default=30.0,
         metavar="M",
         help="with --follow, start a micro-batch every M seconds (default 30)",
@@ -233,9 +234,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         files = batch.select("_file").distinct().count()
         orders.unpersist()
         batch.unpersist()
+        unit = "file" if args.landing else "partition"
         print(
-            f"batch {batches[-1]}: {files} "
-            f"{'files' if args.landing else 'partitions'}, {rows} orders"
+            f"batch {batches[-1]}: {files} {unit}{'' if files == 1 else 's'}, {rows} orders"
             + (f", {len(quarantined)} quarantined" if quarantined else ""),
             flush=True,
         )

@@ -316,7 +316,7 @@ def settle(
 def _rows(counts: Iterable[int | None]) -> str:
     """A sum of row counts, or ``?`` when one is unknown."""
     found = list(counts)
-    return "?" if None in found else str(sum(c for c in found if c is not None))
+    return "uncounted" if None in found else str(sum(c for c in found if c is not None))
 
 
 def revalidate_checkpoint(

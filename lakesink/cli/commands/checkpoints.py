@@ -49,7 +49,7 @@ def _text(records: Sequence[CheckpointRecord]) -> str:
     ]
     for r in records:
         quarantined = ", ".join(f"{q.item} ({q.reason})" for q in r.quarantined)
-        rows = "?" if r.rows is None else r.rows
+        rows = "uncounted" if r.rows is None else r.rows
         lines.append(
             f"{r.checkpoint_id:>10}  {r.completed_at:%Y-%m-%d %H:%M:%S.%f}  "
             f"{len(r.items):>5} {rows:>8}  {quarantined}"

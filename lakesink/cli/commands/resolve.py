@@ -68,7 +68,7 @@ def _resolve(args: argparse.Namespace, out: Output) -> int:
     # and a checkpoint already settled needs nothing.
     plan = plan_resolution(table, args.checkpoint, args.command)
     done_word = DONE[args.command]
-    rows = "?" if plan.rows is None else plan.rows
+    rows = "uncounted" if plan.rows is None else plan.rows
     if plan.done:
         # A retry of a commit that landed: what a kill after it may have left undone (the
         # group's cut, the published tables), without Spark.

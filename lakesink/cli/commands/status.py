@@ -88,7 +88,7 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
                 + ")"
             )
         lines.append(
-            f"  last committed checkpoint: {report['last_committed_checkpoint']}"
+            f"  last committed checkpoint: {_or_none_yet(report['last_committed_checkpoint'])}"
             f"   committed rows: {report['committed_rows']}"
         )
         for kind in ("pending", "held", "aborted"):
@@ -100,7 +100,7 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
                 lines.append(
                     f"    checkpoint {txn['checkpoint_id']:>5}  {state:<13} "
                     f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
-                    f"rows {txn['rows'] if txn['rows'] is not None else '?'}{error}"
+                    f"rows {_rows(txn['rows'])}{error}"
                 )
                 if txn["validation"] and kind != "aborted":
                     lines.append(f"      {txn['validation']}")
@@ -111,3 +111,12 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
         for q in job["quarantined"]:
             lines.append(f"    checkpoint {q['checkpoint_id']:>5}  {q['item']}: {q['reason']}")
     return "\n".join(lines)
+
+
+def _or_none_yet(checkpoint: int | None) -> str:
+    return "none yet" if checkpoint is None else str(checkpoint)
+
+
+def _rows(rows: int | None) -> str:
+    # Counted at the pre-commit (or from the table's masked rows): an open transaction has none.
+    return "not counted yet" if rows is None else str(rows)

@@ -105,8 +105,10 @@ def add_parser(commands: Subparsers) -> None:
 
 
 def _vacuum(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Output) -> int:
-    if (args.table is None) == (args.table_option is None):
-        parser.error("give the table once: lakesink vacuum TABLE (or --table TABLE)")
+    if args.table is None and args.table_option is None:
+        parser.error("which table? lakesink vacuum TABLE (or --table TABLE)")
+    if args.table is not None and args.table_option is not None:
+        parser.error("the table is given twice: lakesink vacuum TABLE, or --table TABLE")
     args.table = args.table or args.table_option
     logging.basicConfig(
         level=logging.INFO,
@@ -197,6 +199,11 @@ def _summary(report: VacuumReport) -> str:
         lines.append(
             f"  checkpoint {txn.checkpoint_id} txn {txn.txn_id} (writer {txn.writer_id}, "
             f"{why}): {txn.rows} row(s)"
+        )
+    if not report.compaction:
+        lines.append(
+            f"  {'would compact' if report.dry_run else 'compacted'} nothing: no part "
+            "of the table or its journal has enough small files"
         )
     for part in report.compaction:
         if report.dry_run:
