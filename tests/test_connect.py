@@ -21,27 +21,40 @@ import time
 from pathlib import Path
 
 import pytest
+from connect_fixture import start
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from s3_fixture import STORES, s3_uri
+from servers.connect import ConnectServer
 
+from lakesink.core import TxnState
 from lakesink.storage.location import join
+from lakesink.storage.options import StorageOptions
+from lakesink.tables.format import published_path
+from lakesink.tables.journal import Journal
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "tests" / "data" / "connect" / "client.py"
 LAKESINK = Path(sys.executable).parent / "lakesink"
 
 
+def published_table(table: str) -> DeltaTable:
+    """The table's published table, opened by delta-rs (on S3 with the store's settings)."""
+    location = published_path(table)
+    return DeltaTable(location, storage_options=StorageOptions.from_env().deltars_options(location))
+
+
 def published_ids(table: str) -> list[int]:
     """The ids the table's published table holds, read by delta-rs."""
-    from deltalake import DeltaTable
+    return sorted(published_table(table).to_pyarrow_table().column("id").to_pylist())
 
-    from lakesink.storage.options import StorageOptions
-    from lakesink.tables.format import published_path
 
-    location = published_path(table)
-    options = StorageOptions.from_env().deltars_options(location)
-    return sorted(
-        DeltaTable(location, storage_options=options).to_pyarrow_table().column("id").to_pylist()
-    )
+def published_rows(table: str) -> int:
+    """The rows of the table's published table; 0 before it exists."""
+    try:
+        return published_table(table).to_pyarrow_table().num_rows
+    except TableNotFoundError:
+        return 0
 
 
 def without_java() -> dict[str, str]:
@@ -100,6 +113,7 @@ def test_a_connect_client_writes_commits_reads_and_vacuums_exactly_once(
 
 FAULTS = Path(__file__).resolve().parent / "faults.py"
 CHECKPOINTS = CLIENT.parent / "checkpoints.py"
+STREAM = CLIENT.parent / "stream.py"
 # The server's log line as a MERGE starts writing the rows it publishes.
 MERGE_WRITES = "MERGE operation - writing new files"
 
@@ -114,6 +128,11 @@ def merge_operations(table: str) -> int:
     from deltalake import DeltaTable
 
     return sum(1 for h in DeltaTable(table).history() if h.get("operation") == "MERGE")
+
+
+def restart(server: ConnectServer) -> None:
+    """Start the killed shared server again, as it was: the tests after go on with it."""
+    start(server.folder, server.port)
 
 
 def wait_for(condition, what: str, process: subprocess.Popen, timeout_s: float = 600) -> None:
@@ -148,52 +167,81 @@ def test_a_client_killed_between_pre_commit_and_commit_is_finished_by_its_next_r
 
 @pytest.mark.slow
 def test_the_server_killed_during_the_commit_merge_then_restarted(
-    tmp_path: Path, record_property
+    connect_server: ConnectServer, tmp_path: Path, record_property
 ) -> None:
-    from servers.cluster import free_port
-    from servers.connect import PID_FILE, start_connect_server, stop_connect_server
-
-    from lakesink.core import TxnState
-    from lakesink.tables.journal import Journal
-
-    folder, port = tmp_path / "server", free_port()
-    server = start_connect_server(folder, port=port, ivy_dir=os.environ.get("LAKESINK_IVY_DIR"))
     table, markers = str(tmp_path / "orders"), tmp_path / "markers"
     env = {**without_java(), "LAKESINK_STEP_MARKERS": str(markers)}
+    client = subprocess.Popen(
+        checkpoints_command(connect_server.url, table),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**env, "LAKESINK_HOLD_AT": "before_publish@2"},
+    )  # fmt: skip
+    wait_for(lambda: (markers / "before_publish@2.1").exists(), "checkpoint 2's commit", client)
+    log = connect_server.folder / "connect.log"
+    merges = log.read_text(errors="replace").count(MERGE_WRITES)  # checkpoint 1's, and earlier
+    (markers / "before_publish@2.go").touch()
+    wait_for(
+        lambda: log.read_text(errors="replace").count(MERGE_WRITES) > merges,
+        "MERGE of checkpoint 2 on the server",
+        client,
+    )
+    connect_server.kill()
     try:
-        client = subprocess.Popen(
-            checkpoints_command(server.url, table),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**env, "LAKESINK_HOLD_AT": "before_publish@2"},
-        )  # fmt: skip
-        wait_for(lambda: (markers / "before_publish@2.1").exists(), "checkpoint 2's commit", client)
-        log = folder / "connect.log"
-        merges = log.read_text(errors="replace").count(MERGE_WRITES)  # checkpoint 1's
-        (markers / "before_publish@2.go").touch()
-        wait_for(
-            lambda: log.read_text(errors="replace").count(MERGE_WRITES) > merges,
-            "MERGE of checkpoint 2 on the server",
-            client,
-        )
-        os.killpg(int((folder / PID_FILE).read_text()), signal.SIGKILL)
         # The MERGE never committed: the table has checkpoint 1's alone, and the journal
         # has checkpoint 2 pending (a sink alone journals no decision before its MERGE).
-        assert merge_operations(table) == 1
+        merges = merge_operations(table)
         journal = Journal(str(tmp_path / "_lakesink_journal"), create=False)
         states = {t.checkpoint_id: t.state for t in journal.transactions("orders")}
-        assert states[2] in (TxnState.PRE_COMMITTED, TxnState.COMMITTING), states
-        server = start_connect_server(folder, port=port, ivy_dir=os.environ.get("LAKESINK_IVY_DIR"))
-        _, stderr = client.communicate(timeout=900)  # failed, or went on through the new one
-        ended = (stderr.strip().splitlines() or [""])[-1][:200]
-        record_property("figures", f"the client the kill hit: exit {client.returncode}, {ended}")
-        again = subprocess.run(
-            checkpoints_command(server.url, table),
-            capture_output=True, text=True, timeout=600, env=env,
-        )  # fmt: skip
-        assert again.returncode == 0, again.stderr[-3000:]
-        assert published_ids(table) == list(range(15))  # every id once
     finally:
-        stop_connect_server(folder)
+        restart(connect_server)  # for the tests after, whatever this one finds
+    assert merges == 1
+    assert states[2] in (TxnState.PRE_COMMITTED, TxnState.COMMITTING), states
+    _, stderr = client.communicate(timeout=900)  # failed, or went on through the new one
+    ended = (stderr.strip().splitlines() or [""])[-1][:200]
+    record_property("figures", f"the client the kill hit: exit {client.returncode}, {ended}")
+    again = subprocess.run(
+        checkpoints_command(connect_server.url, table),
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert published_ids(table) == list(range(15))  # every id once
+
+
+@pytest.mark.slow
+def test_a_streaming_query_whose_server_is_killed_is_finished_by_its_restart(
+    connect_server: ConnectServer, tmp_path: Path, record_property
+) -> None:
+    lake = str(tmp_path / "lake")
+    events = join(lake, "events")
+    command = [sys.executable, str(STREAM), connect_server.url, lake]
+    client = subprocess.Popen(
+        [*command, "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=without_java(),
+    )  # fmt: skip
+    # The server's worker commits batch 0 as batch 1 begins: the query is then in batch 1.
+    wait_for(lambda: published_rows(events) >= 4, "batch 0's commit", client)
+    connect_server.kill()
+    try:
+        journal = Journal(join(lake, "_lakesink_journal"), create=False)
+        at_kill = sorted((t.checkpoint_id, t.state.value) for t in journal.transactions("events"))
+    finally:
+        # At once, as the client would retry a dead one for minutes; it finds its session
+        # and query gone.
+        restart(connect_server)
+    _, stderr = client.communicate(timeout=900)
+    ended = (stderr.strip().splitlines() or [""])[-1][:160]
+    again = subprocess.run(
+        [*command, "0"], capture_output=True, text=True, timeout=600, env=without_java()
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["after_close"] == list(range(12))
+    counts = published_table(join(lake, "counts")).to_pyarrow_table()
+    assert sorted(counts.column("n").to_pylist()) == [4, 4, 4]  # one row per batch, once
+    record_property(
+        "figures",
+        f"events' transactions at the kill: {at_kill}; the client: exit {client.returncode}, "
+        f"{ended}",
+    )
 
 
 @pytest.mark.slow

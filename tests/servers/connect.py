@@ -10,6 +10,8 @@ run this environment's Python.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +29,16 @@ PID_FILE = "connect.pid"
 @dataclass(frozen=True)
 class ConnectServer:
     port: int
+    folder: Path  # its log (connect.log) and pid file
 
     @property
     def url(self) -> str:
         """What ``SparkSession.builder.remote`` takes."""
         return f"sc://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL the server and its Python workers (its process group)."""
+        os.killpg(int((self.folder / PID_FILE).read_text()), signal.SIGKILL)
 
 
 def start_connect_server(
@@ -81,7 +88,7 @@ def start_connect_server(
         # spark.pyspark.python: it needs lakesink and the Connect client's packages.
         env={"PYSPARK_PYTHON": sys.executable},
     )
-    return ConnectServer(port)
+    return ConnectServer(port, folder)
 
 
 def stop_connect_server(folder: Path) -> None:

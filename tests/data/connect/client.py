@@ -4,42 +4,31 @@
 
 A table committed by MERGE (a sink alone, and a checkpoint an operator commits), a group
 of two tables committed by metadata, and a streaming query into two tables (one of each
-mode) run twice.
+mode, ``stream.py``) run twice.
 
 Prints one JSON object: what each step did, read back where it can be by delta-rs (a
 reader that is neither lakesink nor Spark).
 """
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from stream import published, published_ids
 
 import lakesink
 from lakesink import DeltaSink
 from lakesink.core import CheckpointCoordinator
 from lakesink.spark.validation import ValidationGate
-from lakesink.storage.options import StorageOptions
-from lakesink.streaming import StreamingSink
 from lakesink.tables.checkpoints import DeltaCheckpointStore
-from lakesink.tables.format import published_path
 
 url, lake = sys.argv[1:3]
 spark = SparkSession.builder.remote(url).getOrCreate()
 found: dict[str, object] = {"session": type(spark).__module__}
-
-
-def published(path: str) -> DeltaTable:
-    """The table's published table, opened by delta-rs (on S3 with the store's settings)."""
-    location = published_path(path)
-    return DeltaTable(location, storage_options=StorageOptions.from_env().deltars_options(location))
-
-
-def published_ids(path: str) -> list[int]:
-    return sorted(published(path).to_pyarrow_table().column("id").to_pylist())
 
 
 # A sink driving its own checkpoints: two of them.
@@ -81,43 +70,25 @@ found["held_before"] = published_ids(held)
 lakesink.Table(held).commit(spark, checkpoint)
 found["held_after"] = published_ids(held)
 
-# A streaming query of two tables, one per commit mode: each batch is written in the
-# server's Python worker, the last one committed when the client's sink closes.
-landing, checkpoints = f"{lake}/landing", f"{lake}/_stream"
-streamed = {"events": f"{lake}/events", "counts": f"{lake}/counts"}
+
+def run_query(new_files: int) -> dict:
+    """``stream.py`` in a process of its own: its ``process`` function is pickled by value
+    for the server only from the main script (imported from here, by name: the server's
+    worker could not import it)."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("stream.py")), url, lake, str(new_files)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"stream.py failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def process(batch, sinks):
-    sinks["events"].write(batch)
-    sinks["counts"].write(batch.groupBy().count().withColumnRenamed("count", "n"))
-
-
-def run_query(new_files: int) -> None:
-    for _ in range(new_files):
-        first = spark.read.parquet(landing).count() if found.get("landed") else 0
-        spark.range(first, first + 4).coalesce(1).write.mode("append").parquet(landing)
-        found["landed"] = first + 4
-    sinks = {
-        "events": DeltaSink(spark, streamed["events"], schema="id BIGINT", commit="metadata"),
-        "counts": DeltaSink(spark, streamed["counts"], schema="n BIGINT", commit="merge"),
-    }
-    source = spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).parquet(landing)
-    with StreamingSink.for_sinks(
-        spark, sinks, process=process, checkpoint_location=checkpoints
-    ) as sink:
-        query = (
-            source.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", checkpoints)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        found.setdefault("before_close", []).append(len(published_ids(streamed["events"])))
-    found.setdefault("after_close", []).append(published_ids(streamed["events"]))
-
-
-run_query(2)
-run_query(1)  # the query started again, with one new file
-counts = published(streamed["counts"]).to_pyarrow_table()
+# A streaming query of two tables, run with two new files, then started again with one more.
+runs = [run_query(2), run_query(1)]
+found["before_close"] = [run["before_close"] for run in runs]
+found["after_close"] = [run["after_close"] for run in runs]
+counts = published(f"{lake}/counts").to_pyarrow_table()
 found["counts"] = sorted(counts.column("n").to_pylist())
 print(json.dumps(found))
