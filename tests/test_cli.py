@@ -178,12 +178,13 @@ def test_a_command_refused_by_a_live_writers_lock_exits_75_and_bad_input_exits_2
 
 
 def test_job_commands_have_their_own_help():
-    result = run("vacuum", "--help")
-    assert result.returncode == 0, result.stderr
-    assert "usage: lakesink vacuum" in result.stdout
-    example = Path(__file__).resolve().parent.parent / "jobs" / "ingest.py"
+    for job in ("vacuum", "ingest"):
+        result = run(job, "--help")
+        assert result.returncode == 0, result.stderr
+        assert f"usage: lakesink {job}" in result.stdout
+    script = Path(__file__).resolve().parent.parent / "jobs" / "ingest.py"  # the same command
     result = subprocess.run(
-        [sys.executable, str(example), "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert "usage: jobs/ingest.py" in result.stdout and "--files-per-checkpoint" in result.stdout
+    assert "usage: lakesink ingest" in result.stdout and "--files-per-checkpoint" in result.stdout

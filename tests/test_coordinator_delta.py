@@ -14,11 +14,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink import committed
 from lakesink.cli import main
 from lakesink.core import CheckpointCoordinator, Pacing, TxnState, step_hook
 from lakesink.delta.sink import DeltaSink
+from lakesink.jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink.sources.landing import LandingFolder
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.journal import Journal, default_journal_path

@@ -19,11 +19,11 @@ import json
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from jobs.ingest import RAW_SCHEMA
 from lakesink import committed
 from lakesink.core import Batch, TxnState
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ConfigurationError
+from lakesink.jobs.ingest import RAW_SCHEMA
 from lakesink.ops.status import sink_status
 from lakesink.ops.vacuum import vacuum
 from lakesink.sources.landing import LandingFolder

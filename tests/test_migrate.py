@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ingest import RAW_SCHEMA
 from lakesink import committed
 from lakesink.cli import main
 from lakesink.core import CheckpointCoordinator, Pacing
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import FormatVersionError, TableNotFoundError
+from lakesink.jobs.ingest import RAW_SCHEMA
 from lakesink.sources.landing import LandingFolder
 from lakesink.tables.checkpoints import DeltaCheckpointStore, checkpoints_path
 

@@ -407,8 +407,8 @@ def test_the_committed_checkpoints_and_the_latency_histogram_count_the_same(spar
     from prometheus_client import generate_latest
     from test_metrics import samples
 
-    from jobs.ingest import ORDERS_SCHEMA
     from lakesink.delta.sink import DeltaSink
+    from lakesink.jobs.ingest import ORDERS_SCHEMA
     from lakesink.ops.metrics import sink_registry
     from lakesink.ops.resolve import resolve_checkpoint
     from lakesink.spark.validation import ValidationGate
@@ -531,5 +531,7 @@ def test_the_landing_folder_must_exist_before_spark_starts(tmp_path):
 
     assert done.returncode == EXIT_BAD_INPUT
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"ingest: the landing folder {tmp_path / 'landing'} does not exist")
+    assert line.startswith(
+        f"lakesink ingest: the landing folder {tmp_path / 'landing'} does not exist"
+    )
     assert "starting Spark" not in done.stderr and SPARK_BANNER not in done.stderr

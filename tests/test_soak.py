@@ -39,10 +39,10 @@ from pyspark.sql import functions as F
 from servers.cluster import LocalCluster
 from test_ingest_crash import generate
 
-from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
 from lakesink.core import TxnState
 from lakesink.delta.sink import DeltaSink
+from lakesink.jobs.ingest import ORDERS_SCHEMA
 from lakesink.ops.vacuum import vacuum
 from lakesink.streaming import recorded_batch
 from lakesink.tables.history import read_history

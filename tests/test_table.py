@@ -18,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import lakesink
-from jobs.ingest import ORDERS_SCHEMA
 from lakesink import Table, TxnState, UnknownCheckpointError
 from lakesink.delta.sink import DeltaSink
+from lakesink.jobs.ingest import ORDERS_SCHEMA
 from lakesink.spark.validation import ValidationGate
 from lakesink.tables.journal import read_transactions
 

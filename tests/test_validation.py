@@ -19,9 +19,9 @@ from great_expectations.expectations.row_conditions import Column
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink.core.validation import FailedExpectation, ValidationReport
 from lakesink.errors import ValidationSuiteError
+from lakesink.jobs.ingest import ORDERS_SCHEMA, RAW_SCHEMA, transform
 from lakesink.spark.validation import ValidationGate
 
 SUITES = Path(__file__).resolve().parent / "data" / "suites"

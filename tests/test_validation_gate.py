@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from tools_fixture import page_dom
 
-from jobs.ingest import ORDERS_SCHEMA
 from lakesink import committed
 from lakesink.core import CheckpointCoordinator, TxnState, step_hook
 from lakesink.delta.journal import journal_events
 from lakesink.delta.sink import DeltaSink
 from lakesink.errors import ValidationSuiteError
+from lakesink.jobs.ingest import ORDERS_SCHEMA
 from lakesink.ops.resolve import resolve_checkpoint, revalidate_checkpoint
 from lakesink.ops.status import sink_status
 from lakesink.spark.validation import ValidationGate

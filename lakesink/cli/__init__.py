@@ -10,6 +10,7 @@ from lakesink.cli.commands import (
     Command,
     checkpoint_view,
     checkpoints,
+    ingest,
     jars,
     metastore,
     metrics,
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     serve_users,
     migrate,
     vacuum,
+    ingest,
 )
 
 

@@ -1,4 +1,4 @@
-"""How a long-running command (``lakesink serve``, ``jobs/ingest.py --follow``) is stopped.
+"""How a long-running command (``lakesink serve``, ``lakesink ingest --follow``) is stopped.
 
 SIGINT and SIGTERM only set an event; the command's own thread sees it between its waits
 and stops its work in order. A handler that stopped the work itself would run inside
