@@ -46,7 +46,7 @@ from test_ingest_crash import generate
 
 from lakesink import committed
 from lakesink.core import TxnState
-from lakesink.spark.session import delta_maven_coordinate
+from lakesink.jvm import delta_jars
 from lakesink.storage.location import join
 from lakesink.storage.options import StorageOptions
 from lakesink.streaming import recorded_batch
@@ -143,12 +143,14 @@ def test_the_guide_runs_the_cluster_the_way_the_tests_do():
     assert any("python tests/servers/cluster.py start --dir" in line for line in lines)
     assert any("python tests/servers/cluster.py stop --dir" in line for line in lines)
     (submit,) = [line for line in lines if "spark-submit" in line]
-    words = shlex.split(submit.split("#", 1)[0].replace('"$(.venv/bin/lakesink jars)"', "JARS"))
+    jars = '"$(.venv/bin/lakesink jars --files)"'
+    words = shlex.split(submit.split("#", 1)[0].replace(jars, "JARS"))
     master = words[words.index("--master") + 1]
     application = next(w for w in words if w.endswith(".py"))
     documented = words[1 : words.index(application)]
     expected = submit_command(master, application)[1:-1]
-    assert [delta_maven_coordinate() if w == "JARS" else w for w in documented] == expected
+    files = ",".join(str(jar) for jar in delta_jars())
+    assert [files if w == "JARS" else w for w in documented] == expected
     assert "PYSPARK_PYTHON" in block  # the executors' and the driver's Python
 
 
@@ -272,6 +274,20 @@ def test_speculative_copies_on_both_workers_duplicate_no_order(
     record_property(
         "figures", f"{len(copies)} speculative task copies, {len(in_writes)} of Delta write tasks"
     )
+
+
+@pytest.mark.slow
+def test_the_job_starts_from_lakesinks_cached_jars_without_ivy_or_sparks_info_lines(
+    faulted_run: FaultedRun,
+):
+    for job in (faulted_run.job, faulted_run.restarted):
+        lines = job.log_file.read_text(errors="replace").splitlines()
+        ivy = [line for line in lines if ":: resolv" in line or "ivy" in line.lower()]
+        assert not ivy, ivy[:5]  # no resolution, no download: the jars are files
+        # spark.log.level applies once SparkContext has named Spark's, the OS's and Java's
+        # versions: those three lines, and no other INFO line of Spark's (hundreds before).
+        spark_info = [line for line in lines if " INFO " in line and "lakesink" not in line]
+        assert len(spark_info) == 3 and "Running Spark version" in spark_info[0], spark_info[:5]
 
 
 @pytest.mark.slow

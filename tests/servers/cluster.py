@@ -65,10 +65,15 @@ STATE_FILE = "cluster.json"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-# What the README tells cluster users to pass to spark-submit besides --packages.
-DELTA_SUBMIT_CONF = {
+# What the clusters guide tells users to pass to spark-submit besides the jars.
+GUIDE_SUBMIT_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Sized for this cluster's two 1-core workers: 200 shuffle and 50 snapshot partitions
+    # cost seconds of task scheduling per Delta commit (a 2-order batch: 139 s, not 86 s).
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.log.level": "WARN",  # Spark's INFO lines, hundreds a run, off the job's stderr
 }
 
 
@@ -217,17 +222,18 @@ def submit_command(
 ) -> list[str]:
     """The ``spark-submit`` command line that runs a lakesink job on a cluster.
 
-    It is the one the README's "Running on a cluster" section gives: the Delta jar by its
-    Maven coordinate (``lakesink jars``) and the two Delta settings, then ``conf``. With
+    It is the one the clusters guide gives: Delta's jar files from lakesink's cache
+    (``lakesink jars --files``), the Delta settings and a quiet log, then ``conf``. With
     ``storage`` (tables on S3), also ``hadoop-aws`` with the AWS SDK on the class path (a real
     cluster takes it as the ``lakesink jars --s3`` package), lakesink's log store jar
     (``lakesink jars --log-store``) and the S3A settings, credentials included:
     fine for the local test server; on a real cluster keep keys out of command lines (a
     role, or ``spark-defaults.conf``), as the README says.
     """
-    from lakesink.spark.session import delta_maven_coordinate
+    from lakesink.jvm import delta_jars
 
-    settings, jars = dict(DELTA_SUBMIT_CONF), []
+    # Delta's jars as files from lakesink's cache: no Ivy resolution, nothing downloaded.
+    settings, jars = dict(GUIDE_SUBMIT_CONF), [str(jar) for jar in delta_jars()]
     if storage is not None:
         # Every node of this cluster is this machine: hadoop-aws and the AWS SDK are read in
         # place from the class path, where --packages would copy 640 MB for each application.
@@ -236,12 +242,11 @@ def submit_command(
             "spark.driver.extraClassPath": class_path,
             "spark.executor.extraClassPath": class_path,
         }
-        jars = storage.spark_jars()
+        jars += storage.spark_jars()
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master", master_url,
-        "--packages", delta_maven_coordinate(),
-        *(["--jars", ",".join(jars)] if jars else []),
+        "--jars", ",".join(jars),
     ]  # fmt: skip
     for key, value in {**settings, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]

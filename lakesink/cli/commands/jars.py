@@ -6,6 +6,7 @@ import argparse
 
 from lakesink.cli.commands.common import Subparsers, add_verbose_option
 from lakesink.cli.output import Output
+from lakesink.errors import ConfigurationError
 
 __all__ = ["add_parser"]
 
@@ -29,16 +30,31 @@ def add_parser(commands: Subparsers) -> None:
         help="instead, the path of lakesink's S3 log store jar (for spark-submit --jars), "
         "built with javac on first use",
     )
+    parser.add_argument(
+        "--files",
+        action="store_true",
+        help="instead, the jar files themselves from lakesink's cache, fetched once (for "
+        "spark-submit --jars: no Ivy resolution, nothing downloaded); with --s3, hadoop-aws "
+        "and lakesink's log store too",
+    )
     add_verbose_option(parser)
     parser.set_defaults(func=_jars)
 
 
 def _jars(args: argparse.Namespace, out: Output) -> int:
+    from lakesink.jvm import delta_jars
     from lakesink.spark.session import KAFKA_CONNECTOR, delta_maven_coordinate
     from lakesink.storage.options import StorageOptions
 
+    if args.files and (args.kafka or args.s3):
+        raise ConfigurationError(
+            "--files lists Delta's jars alone: give spark-submit the others as packages "
+            '(--packages "$(lakesink jars --kafka --s3)" lists them with Delta\'s)'
+        )
     if args.log_store:
         found = StorageOptions.spark_jars()
+    elif args.files:
+        found = [str(jar) for jar in delta_jars()]
     else:
         found = [
             delta_maven_coordinate(),
