@@ -230,6 +230,7 @@ def test_a_streaming_query_whose_server_is_killed_is_finished_by_its_restart(
         restart(connect_server)
     _, stderr = client.communicate(timeout=900)
     ended = (stderr.strip().splitlines() or [""])[-1][:160]
+    assert "StorageAccessError" not in stderr, stderr[-3000:]  # the server died, not the store
     again = subprocess.run(
         [*command, "0"], capture_output=True, text=True, timeout=600, env=without_java()
     )

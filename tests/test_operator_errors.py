@@ -55,7 +55,7 @@ SCHEMA = "order_id BIGINT, customer STRING"
 NO_JAVA = {"JAVA_HOME": "/nonexistent/lakesink-tests-no-java"}
 SPARK_BANNER = "Using Spark's default log4j profile"  # Spark's first line, on every start
 # How a run names itself in its message, where that is not how it was started.
-SAID_AS = {"jobs/vacuum.py": "lakesink vacuum"}
+SAID_AS = {"jobs/vacuum.py": "lakesink vacuum", "ingest": "lakesink ingest"}
 # Root without the capabilities that read and enter any folder whatever its mode bits.
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 

@@ -138,13 +138,19 @@ def _cause(error: BaseException) -> _Cause | None:
         code = _first_code(text, _DENIED_CODES)
         return _Cause("denied", f"HTTP 403, {code}" if code else "HTTP 403")
     unreachable = _unreachable(text)
-    if unreachable is not None:
+    # Unanswered through a Spark Connect client: the server did not answer, not the store.
+    through_connect = any(type(e).__module__.startswith(_CONNECT_CHANNEL) for e in chain)
+    if unreachable is not None and not through_connect:
         return _Cause("unreachable", unreachable)
     if re.search(r"Permission denied|AccessControlException|Read-only file system", text):
         return _Cause("local-denied", "permission denied")
     if re.search(r"Not a directory|ParentNotDirectoryException", text):
         return _Cause("not-a-folder", "a file stands where a folder is needed")
     return None
+
+
+# Where a Spark Connect client's errors come from.
+_CONNECT_CHANNEL = ("pyspark.errors.exceptions.connect", "grpc")
 
 
 def _local_cause(error: OSError) -> _Cause | None:
