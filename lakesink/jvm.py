@@ -104,7 +104,7 @@ def pyspark_jars() -> Path:
         import pyspark
     except ImportError as exc:
         raise ConfigurationError(
-            "pyspark is not installed; install lakesink's dependencies"
+            "pyspark is not installed: pip install 'lakesink[spark]' (Spark on this machine)"
         ) from exc
     return Path(pyspark.__file__).resolve().parent / "jars"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
-from lakesink.jvm import delta_jars, delta_maven_coordinate
+from lakesink.jvm import delta_jars, delta_maven_coordinate, pyspark_jars
 from lakesink.spark.settings import local_parallelism
 from lakesink.storage.options import StorageOptions
 
@@ -129,13 +129,12 @@ def spark_session(
 
 def _check_can_start_spark() -> None:
     """Refuse to start Spark from a pyspark that has none: the Connect client alone."""
-    import pyspark
-
-    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
-    if not (home / "jars").is_dir():
+    spark_home = os.environ.get("SPARK_HOME")  # where pyspark starts Spark from, if set
+    jars = Path(spark_home) / "jars" if spark_home else pyspark_jars()
+    if not jars.is_dir():
         raise ConfigurationError(
-            f"lakesink.spark_session() starts Spark on this machine, and {home} holds no "
-            "Spark jars: this pyspark is Spark Connect's client alone (pyspark-client). "
+            f"lakesink.spark_session() starts Spark on this machine, and there are no Spark "
+            f"jars ({jars}): this pyspark is Spark Connect's client alone (pyspark-client). "
             "Connect to a server instead (SparkSession.builder.remote('sc://host:15002')"
             ".getOrCreate(); the commands take --remote), or install 'lakesink[spark]' in an "
             "environment without pyspark-client"

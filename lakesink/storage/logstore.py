@@ -134,7 +134,9 @@ def _delta_version() -> str:
     try:
         return version("delta-spark")
     except PackageNotFoundError as exc:
-        raise ConfigurationError("delta-spark is not installed; install lakesink") from exc
+        raise ConfigurationError(
+            "delta-spark is not installed: pip install 'lakesink[spark]'"
+        ) from exc
 
 
 def _delta_storage_jar() -> Path:
