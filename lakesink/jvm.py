@@ -43,6 +43,7 @@ __all__ = [
     "start_daemon",
     "stop_daemon",
     "tail",
+    "under_spark_submit",
     "wait_gone",
 ]
 
@@ -58,6 +59,12 @@ _IVY_SETTINGS = f"""<ivysettings>
   </resolvers>
 </ivysettings>
 """
+
+
+def under_spark_submit() -> bool:
+    """Whether this process runs under ``spark-submit``, which starts the driver JVM first
+    and hands it over to Python through this variable."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def session_jvm(spark: Any) -> Any | None:

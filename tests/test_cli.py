@@ -32,6 +32,21 @@ def test_jars_prints_the_delta_coordinate_for_spark_submit():
     assert result.stdout.strip() == f"io.delta:delta-spark_4.1_2.13:{version('delta-spark')}"
 
 
+def test_app_prints_the_file_spark_submit_runs_as_the_command(tmp_path):
+    result = run("app")
+    assert result.returncode == 0
+    app = Path(result.stdout.strip())
+    assert app.suffix == ".py" and app.is_file()  # spark-submit runs .py files with Python
+    import lakesink
+
+    assert Path(lakesink.__file__).parent in app.parents  # the installed package's own
+    # Run as a script from another folder, as spark-submit runs it: the whole command.
+    ran = subprocess.run(
+        [sys.executable, str(app), "--version"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert (ran.returncode, ran.stdout.strip()) == (0, f"lakesink {version('lakesink')}")
+
+
 def test_no_command_prints_help_and_fails():
     result = run()
     assert result.returncode == 2

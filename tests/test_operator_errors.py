@@ -535,3 +535,31 @@ def test_the_landing_folder_must_exist_before_spark_starts(tmp_path):
         f"lakesink ingest: the landing folder {tmp_path / 'landing'} does not exist"
     )
     assert "starting Spark" not in done.stderr and SPARK_BANNER not in done.stderr
+
+
+def test_a_kafka_broker_that_does_not_answer_is_said_in_one_line_before_spark_starts(tmp_path):
+    with socket.socket() as listener:  # a port nothing listens on once it is closed
+        listener.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+    done = lakesink(
+        "ingest", "--kafka", address, "--topic", "orders", "--table", str(tmp_path / "orders"),
+        "--state", str(tmp_path / "_state"),
+    )  # fmt: skip
+
+    assert done.returncode == EXIT_CONFIG
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"lakesink ingest: no Kafka broker answers at --kafka {address} ")
+    assert "starting Spark" not in done.stderr and SPARK_BANNER not in done.stderr
+
+
+def test_a_kafka_address_that_is_not_host_and_port_is_refused_by_the_options(tmp_path):
+    done = lakesink(
+        "ingest", "--kafka", "$KAFKA_BROKER", "--topic", "orders", "--table",
+        str(tmp_path / "orders"), "--state", str(tmp_path / "_state"),
+    )  # fmt: skip
+
+    assert done.returncode == EXIT_BAD_INPUT
+    assert done.stderr.strip().splitlines()[-1] == (
+        "lakesink ingest: error: argument --kafka: '$KAFKA_BROKER' is not HOST:PORT "
+        "(e.g. 127.0.0.1:9092); several are separated by commas"
+    )

@@ -8,6 +8,7 @@ import argparse
 from lakesink import __version__
 from lakesink.cli.commands import (
     Command,
+    app,
     checkpoint_view,
     checkpoints,
     ingest,
@@ -30,6 +31,7 @@ __all__ = ["COMMANDS", "build_parser", "entry", "main"]
 # The subcommands, in the order ``lakesink --help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     jars,
+    app,
     metastore,
     status,
     checkpoints,

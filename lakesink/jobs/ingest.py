@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from lakesink.errors import ConfigurationError, LakesinkError
+from lakesink.errors import ConfigurationError, LakesinkError, StorageAccessError
 from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
 from lakesink.storage.files import check_reachable
@@ -34,6 +35,7 @@ __all__ = [
     "ORDERS_SCHEMA",
     "RAW_SCHEMA",
     "TOTALS_SCHEMA",
+    "check_broker",
     "check_state_source",
     "run",
     "totals",
@@ -65,6 +67,23 @@ def totals(orders: DataFrame) -> DataFrame:
     )
 
 
+def check_broker(servers: str, *, timeout_s: float = 10.0) -> None:
+    """Refuse to start Spark for a Kafka source none of whose bootstrap servers answers:
+    Spark's connector would retry, then fail the query with an admin client's trace."""
+    failures = []
+    for server in servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+            return
+        except OSError as exc:
+            failures.append(f"{server.strip()}: {exc.strerror or exc}")
+    raise StorageAccessError(
+        f"no Kafka broker answers at --kafka {servers} ({'; '.join(failures)}): start it, "
+        "or give the address of a running one"
+    )
+
+
 def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -> int:
     """Run the query until it is drained or ``stop`` is set; return its batches.
 
@@ -92,6 +111,8 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
             "the files that arrive there), or pass the right --landing"
         )
 
+    if args.kafka:
+        check_broker(args.kafka)
     checkpoint_location = join(normalize(args.state), args.job_id)
     check_state_source(checkpoint_location, args)
 
@@ -105,6 +126,7 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
         app_name=f"lakesink-{args.job_id}",
         packages=[KAFKA_CONNECTOR] if args.kafka else [],
         jvm_output=jvm_log,
+        warehouse_in_cache=True,
     )
     options = SinkOptions(journal_path=args.journal, commit=args.commit)
     stream = _kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args)
@@ -125,7 +147,8 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
         batch.unpersist()
         unit = "file" if args.landing else "partition"
         print(
-            f"batch {batches[-1]}: {files} {unit}{'' if files == 1 else 's'}, {rows} orders"
+            f"batch {batches[-1]}: {files} {unit}{'' if files == 1 else 's'}, "
+            f"{rows} order{'' if rows == 1 else 's'}"
             + (f", {len(quarantined)} quarantined" if quarantined else ""),
             flush=True,
         )

@@ -14,7 +14,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakesink.errors import ConfigurationError
-from lakesink.jvm import delta_jars, delta_maven_coordinate, pyspark_jars
+from lakesink.jvm import (
+    cache_dir,
+    delta_jars,
+    delta_maven_coordinate,
+    pyspark_jars,
+    under_spark_submit,
+)
 from lakesink.spark.settings import local_parallelism
 from lakesink.storage.options import StorageOptions
 
@@ -56,6 +62,7 @@ def spark_session(
     packages: Sequence[str] = (),
     storage: StorageOptions | None = None,
     jvm_output: str | os.PathLike[str] | None = None,
+    warehouse_in_cache: bool = False,
 ) -> SparkSession:
     """Return a Spark session with Delta Lake configured.
 
@@ -93,6 +100,12 @@ def spark_session(
             instead of this process's stdout and stderr. Applies when this call starts the
             JVM: not under ``spark-submit``, nor for a second session of a process. The
             ``lakesink`` commands and jobs use it unless ``--verbose``.
+        warehouse_in_cache: Without a metastore, give Spark's warehouse folder a place in
+            lakesink's cache (``spark-warehouse`` beside the Delta jars), not the working
+            folder: the in-memory catalog creates it, empty, for its default database,
+            and forgets what it holds when the session ends. The ``lakesink`` commands and
+            jobs, which make no catalog table, use it, so that a user's folder keeps only
+            what they asked for.
 
     Raises:
         ConfigurationError: ``existing`` has no Delta extension or catalog; or both
@@ -103,12 +116,16 @@ def spark_session(
         _check_delta(existing)
         return existing
     # spark-submit starts the JVM first and hands the master over; do not override it.
-    launching = "PYSPARK_GATEWAY_PORT" not in os.environ
+    launching = not under_spark_submit()
     if launching:
         _check_can_start_spark()
     master = master or os.environ.get(MASTER_ENV) or ("local[*]" if launching else None)
     ivy_dir = ivy_dir or os.environ.get(IVY_DIR_ENV)
     builder = _builder(app_name, master, ivy_dir, metastore_dir)
+    if warehouse_in_cache and not (metastore_dir or metastore_url):
+        builder = builder.config(
+            "spark.sql.warehouse.dir", str(cache_dir("spark-warehouse", ivy_dir))
+        )
     # Under spark-submit the JVM runs already, with its jars (lakesink jars --s3). A local
     # JVM reads jars in place from its class path; executors elsewhere fetch packages.
     local_jvm = launching and bool(_local_defaults(master or ""))
@@ -345,7 +362,7 @@ def _network_metastore(
     class_path = "spark.driver.extraClassPath"
     if conf.get(class_path):  # keep the caller's entries, and the Derby client too
         conf[class_path] = os.pathsep.join([settings[class_path], conf[class_path]])
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
+    if under_spark_submit():
         log.warning(
             "the driver JVM is already running, so the Derby client jar cannot join its class "
             "path now; pass it to spark-submit: --driver-class-path %s",

@@ -5,11 +5,13 @@ transactions as JSON and validation reports as Data Docs pages."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from lakesink.cli.spark_output import jvm_output
+from lakesink.jvm import under_spark_submit
 from lakesink.storage.files import check_reachable
 from lakesink.storage.location import normalize
 
@@ -25,6 +27,7 @@ __all__ = [
     "add_json_option",
     "add_verbose_option",
     "checkpoint_json",
+    "log_to_stderr",
     "reachable",
     "start_spark",
     "write_reports",
@@ -57,6 +60,17 @@ def reachable(*locations: str | None, write: bool = False) -> list[str]:
     return found
 
 
+def log_to_stderr(args: argparse.Namespace, *, format: str) -> None:
+    """lakesink's log on stderr, at INFO: stdout carries the command's own lines. Under
+    spark-submit, which joins a Python application's stderr to its stdout, warnings and
+    errors only, as Spark's own at ``spark.log.level=WARN`` (``--verbose``: every line)."""
+    quiet = under_spark_submit() and not args.verbose
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO, format=format, stream=sys.stderr
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
+
+
 def start_spark(
     args: argparse.Namespace, *, app_name: str = "lakesink-cli", log_level: str = "ERROR"
 ) -> SparkSession:
@@ -67,7 +81,12 @@ def start_spark(
     from lakesink.spark.session import spark_session
 
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = spark_session(master=args.master, app_name=app_name, jvm_output=jvm_output(args))
+    spark = spark_session(
+        master=args.master,
+        app_name=app_name,
+        jvm_output=jvm_output(args),
+        warehouse_in_cache=True,
+    )
     spark.sparkContext.setLogLevel(log_level)
     return spark
 

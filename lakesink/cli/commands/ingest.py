@@ -4,9 +4,8 @@ into lakesink tables (``lakesink.jobs.ingest``)."""
 from __future__ import annotations
 
 import argparse
-import logging
 
-from lakesink.cli.commands.common import Subparsers
+from lakesink.cli.commands.common import Subparsers, log_to_stderr
 from lakesink.cli.exits import EXIT_CODES, EXIT_OK
 from lakesink.cli.output import Output
 from lakesink.cli.signals import stop_requested
@@ -31,7 +30,7 @@ recorded there is committed exactly once.
 
 lakesink ingest --landing /data/landing --table /data/orders --state /data/_state
 lakesink ingest --kafka 127.0.0.1:9092 --topic orders --table ... --state ...
-spark-submit --packages "$(lakesink jars)" jobs/ingest.py --landing ... (in lakesink's clone)
+spark-submit --jars "$(lakesink jars --files)" "$(lakesink app)" ingest --landing ...
 
 """
 
@@ -51,6 +50,18 @@ def seconds(text: str) -> float:
     return value
 
 
+def brokers(text: str) -> str:
+    """Kafka bootstrap servers, ``HOST:PORT[,HOST:PORT...]``."""
+    for server in text.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(
+                f"{server.strip()!r} is not HOST:PORT (e.g. 127.0.0.1:9092); several are "
+                "separated by commas"
+            )
+    return text
+
+
 def add_parser(commands: Subparsers) -> None:
     parser = commands.add_parser(
         "ingest",
@@ -62,7 +73,9 @@ def add_parser(commands: Subparsers) -> None:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--landing", help="folder new files arrive in")
-    source.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    source.add_argument(
+        "--kafka", metavar="HOST:PORT", type=brokers, help="Kafka bootstrap servers"
+    )
     parser.add_argument("--topic", help="with --kafka: the topic of the order messages")
     parser.add_argument("--table", required=True, help="lakesink table of the orders")
     parser.add_argument(
@@ -150,10 +163,9 @@ def _ingest(args: argparse.Namespace, out: Output) -> int:
     from lakesink.jobs.ingest import run
 
     stop = stop_requested()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )  # on stderr: stdout carries the batches' lines
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per listener callback
+    # stdout carries the batches' lines
+    log_to_stderr(args, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     batches = run(args, stop, jvm_output(args))
-    print(f"{'stopped' if stop.is_set() else 'done'}: {batches} batch(es)")
+    ended = "stopped" if stop.is_set() else "done"
+    print(f"{ended}: {batches} batch{'' if batches == 1 else 'es'}")
     return EXIT_OK

@@ -33,9 +33,9 @@ def add_parser(commands: Subparsers) -> None:
     parser.add_argument(
         "--files",
         action="store_true",
-        help="instead, the jar files themselves from lakesink's cache, fetched once (for "
-        "spark-submit --jars: no Ivy resolution, nothing downloaded); with --s3, hadoop-aws "
-        "and lakesink's log store too",
+        help="instead, Delta's jar files themselves from lakesink's cache, fetched once (for "
+        "spark-submit --jars: no Ivy resolution, nothing downloaded); not with --kafka or "
+        "--s3, whose packages spark-submit takes by coordinate",
     )
     add_verbose_option(parser)
     parser.set_defaults(func=_jars)

@@ -4,7 +4,6 @@ and expired pending transactions, then compact."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from lakesink.cli.commands.common import (
     Subparsers,
     add_dry_run_option,
     add_json_option,
+    log_to_stderr,
     reachable,
     start_spark,
 )
@@ -34,8 +34,7 @@ __all__ = ["add_parser"]
 # Shown as they are, below the options.
 EXAMPLES = """\
 lakesink vacuum /data/orders [--dry-run] [--json]
-python jobs/vacuum.py /data/orders [--dry-run] [--json]
-spark-submit --packages "$(lakesink jars)" jobs/vacuum.py /data/orders
+spark-submit --jars "$(lakesink jars --files)" "$(lakesink app)" vacuum /data/orders
 
 """
 
@@ -110,12 +109,8 @@ def _vacuum(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Outp
     if args.table is not None and args.table_option is not None:
         parser.error("the table is given twice: lakesink vacuum TABLE, or --table TABLE")
     args.table = args.table or args.table_option
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,  # stdout carries the report (and only the report with --json)
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are Spark's plumbing
+    # stdout carries the report (and only the report with --json)
+    log_to_stderr(args, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # Imported here, once the options were taken (bad ones refused without loading
     # pyspark); the expiry is the library's own check, made before Spark starts.
     from lakesink.ops.expiry import check_expiry
