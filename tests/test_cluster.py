@@ -135,23 +135,20 @@ def assert_lost_task_retried(events: list[dict], *words: str) -> dict:
 
 def test_the_guide_runs_the_cluster_the_way_the_tests_do():
     """The cluster guide's commands are the fixture's: same start command, same spark-submit
-    flags."""
+    flags (the guide's own run of them is tests/test_docs.py's)."""
     text = CLUSTER_GUIDE.read_text()
-    section = text.split("## A local standalone cluster", 1)[1].split("\n## ", 1)[0]
-    block = re.findall(r"```console\n(.*?)```", section, re.S)[0]
-    lines = block.replace("\\\n", " ").splitlines()
-    assert any("python tests/servers/cluster.py start --dir" in line for line in lines)
-    assert any("python tests/servers/cluster.py stop --dir" in line for line in lines)
-    (submit,) = [line for line in lines if "spark-submit" in line]
-    jars = '"$(.venv/bin/lakesink jars --files)"'
-    words = shlex.split(submit.split("#", 1)[0].replace(jars, "JARS"))
+    assert "python tests/servers/cluster.py start --dir" in text
+    assert "python tests/servers/cluster.py stop --dir" in text
+    lines = re.sub(r"\\\n\s*", " ", text).splitlines()
+    (submit,) = [line[2:] for line in lines if line.startswith("$ spark-submit")]
+    words = shlex.split(submit.replace('"$(lakesink jars --files)"', "JARS"))
     master = words[words.index("--master") + 1]
-    application = next(w for w in words if w.endswith(".py"))
-    documented = words[1 : words.index(application)]
-    expected = submit_command(master, application)[1:-1]
+    application = words.index("$(lakesink app)")
+    assert words[application + 1] == "ingest"
+    expected = submit_command(master, "app")[1:-1]
     files = ",".join(str(jar) for jar in delta_jars())
-    assert [files if w == "JARS" else w for w in documented] == expected
-    assert "PYSPARK_PYTHON" in block  # the executors' and the driver's Python
+    assert [files if w == "JARS" else w for w in words[1:application]] == expected
+    assert "export PYSPARK_PYTHON=" in text  # the executors' and the driver's Python
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,20 @@ page's fenced blocks:
   processes in that folder (the installed ``lakesink`` script; the repository's
   ``jobs/``, with this Python), each expected to exit 0 unless a comment on its line says
   ``# exit N``; the other commands of a ``sh`` block are checked as a ``console`` block's;
-- the pages a reader follows block by block (``FOLLOWED``: the S3 and the operating
-  guides) are run exactly so: every block in the page's order, every command of their
-  ``sh`` blocks (``mkdir``, ``echo ... >`` and the rest through bash, with the
-  environment's ``lakesink`` and ``python`` first on ``PATH``), and each ``print(...)``
-  of a ``python`` block with a comment must print what the comment starts with. The one
-  stand-in: the S3 server the S3 page starts with ``python tests/servers/s3.py`` is the
-  suite's (its ``start`` makes the buckets it names there, its ``status`` finds the
-  variables exported, its ``stop`` leaves it running for the other tests);
+- the pages a reader follows block by block (``FOLLOWED``: the S3, operating, jobs,
+  streaming, Kafka and clusters guides) are run exactly so: every block in the page's
+  order, every command of their ``sh`` blocks through bash, with the environment's
+  ``lakesink``, ``python`` and ``spark-submit`` first on ``PATH``; a variable a block
+  exports stays set for the blocks after it; what a ``$``-prompted command prints must be
+  the lines the page shows after it (``...`` for any text: paths, times); a command
+  commented ``# until Ctrl-C`` is interrupted once it printed its first line; and each
+  ``print(...)`` of a ``python`` block with a comment must print what the comment starts
+  with. The stand-ins: the S3 server the S3 page starts with ``python
+  tests/servers/s3.py`` is the suite's (its ``start`` makes the buckets it names there,
+  its ``status`` finds the variables exported, its ``stop`` leaves it running for the
+  other tests), and the broker and the cluster master a page exports
+  (``KAFKA_BROKER``, ``SPARK_MASTER``) are the suite's, each page followed by a test that
+  starts its server;
 - ```` ```console ```` blocks do not run: every ``make TARGET`` they name must be a target
   of the Makefile, and every ``lakesink COMMAND`` a real subcommand (inline code in the
   text is held to the same);
@@ -43,6 +49,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -111,19 +118,23 @@ def fenced_blocks(text: str) -> list[Block]:
     return found
 
 
-def commands(code: str) -> list[str]:
-    """The commands of a shell block: continuation lines joined, prompts and comment lines
-    dropped. Where some lines carry a ``$`` prompt, only those are commands (the others are
-    their output)."""
+def steps(code: str) -> list[tuple[str, str | None]]:
+    """The commands of a shell block, continuation lines joined, prompts and comment lines
+    dropped, each with the output the page shows for it. Where some lines carry a ``$``
+    prompt, only those are commands, and the lines after one, up to the next, are its
+    output; elsewhere a page shows no output (None)."""
     raw = code.splitlines()
     prompted = any(line.lstrip().startswith("$ ") for line in raw)
-    joined: list[str] = []
+    found: list[str] = []
+    shown: list[list[str]] = []
     pending = ""
     for line in raw:
         if not pending:
             stripped = line.strip()
             if prompted:
                 if not stripped.startswith("$ "):
+                    if shown:
+                        shown[-1].append(line.rstrip())
                     continue
                 stripped = stripped[2:]
             if not stripped or stripped.startswith("#"):
@@ -132,11 +143,33 @@ def commands(code: str) -> list[str]:
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1].rstrip() + " "
             continue
-        joined.append((pending + line.strip()).strip())
+        found.append((pending + line.strip()).strip())
+        shown.append([])
         pending = ""
     if pending:
-        joined.append(pending.strip())
-    return joined
+        found.append(pending.strip())
+        shown.append([])
+    return [(c, "\n".join(o) if prompted else None) for c, o in zip(found, shown, strict=True)]
+
+
+def commands(code: str) -> list[str]:
+    """The commands of a shell block (``steps`` without their output)."""
+    return [command for command, _ in steps(code)]
+
+
+def output_matches(shown: str, printed: str) -> bool:
+    """Whether a command printed what the page shows: line by line, blank lines and
+    trailing spaces aside, ``...`` in a line standing for any text and a line of ``...``
+    alone for any lines."""
+    pattern = "".join(
+        r"(?:.*\n)*?"
+        if line.strip() == "..."
+        else ".*?".join(re.escape(part) for part in line.rstrip().split("...")) + r"\n"
+        for line in shown.splitlines()
+        if line.strip()
+    )
+    printed = "".join(line.rstrip() + "\n" for line in printed.splitlines() if line.strip())
+    return re.fullmatch(pattern, printed) is not None
 
 
 def runs(command: str) -> bool:
@@ -300,6 +333,14 @@ def test_the_parsing_finds_what_it_should() -> None:
         "`lakesink.testing.memory:MemorySink`, `lakesink.formatVersion`, jobs/ingest.py.\n"
         "Not `lakesink/faults.py` nor `lakesink.sources.kafka` nor `lakesink.Tabel`.\n"
     ) == ["lakesink.Tabel", "lakesink.sources.kafka", "lakesink/faults.py"]
+    shown = steps("$ lakesink status \\\n  lake/orders\nsink orders  (.../orders)\n...\n$ ls\n")
+    assert shown == [("lakesink status lake/orders", "sink orders  (.../orders)\n..."), ("ls", "")]
+    assert steps("echo a\nb\n") == [("echo a", None), ("b", None)]
+    assert output_matches(shown[0][1], "sink orders  (/tmp/x/orders)\n  pending: 0\n\n")
+    assert output_matches(shown[0][1], "sink orders  (/tmp/x/orders)\n")
+    assert not output_matches(shown[0][1], "sink totals  (/tmp/x/orders)\n")
+    assert not output_matches("done: 1 batch", "done: 1 batch\nmore\n")
+    assert output_matches("", "") and not output_matches("", "something\n")
 
 
 # ------------------------------------------------------------------ the generated parts
@@ -421,17 +462,13 @@ def test_page_snippets(
     wrong += [f"names {name}, which does not exist" for name in missing_references(text)]
     assert not wrong, f"{page_id(page)}: " + "; ".join(wrong)
 
-    if not python and not to_run:
-        return
-    # The suite's session, which the blocks' lakesink.spark_session() returns; started (if
-    # it is not yet) before the change of folder, so its JVM does not run in this page's.
-    spark = request.getfixturevalue("spark") if python else None
-    folder = tmp_path / "page"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
+    if page in WITH_SERVERS or (not python and not to_run):
+        return  # a page with its own server is followed by a test that starts it, below
+    folder = _page_folder(tmp_path, monkeypatch, request if python else None)
     if page in FOLLOWED:
-        _follow(page, found, folder, spark, request)
+        _follow(page, found, folder, request, monkeypatch)
         return
+    spark = request.getfixturevalue("spark") if python else None
     if python:
         namespace: dict = {"__name__": f"docs_page_{page.stem}"}
         timings: list[str] = []
@@ -448,7 +485,23 @@ def test_page_snippets(
         _run_command(page, block, command, _argv(command), folder)
 
 
-def _run_command(page: Path, block: Block, command: str, argv: list[str], folder: Path) -> None:
+def _page_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest | None
+) -> Path:
+    """A new empty folder, the current one from now on. With ``request``, the suite's Spark
+    session (which the blocks' ``lakesink.spark_session()`` returns) is started first, if it
+    is not yet, so that its JVM does not run in the page's folder."""
+    if request is not None:
+        request.getfixturevalue("spark")
+    folder = tmp_path / "page"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def _run_command(
+    page: Path, block: Block, command: str, argv: list[str], folder: Path
+) -> subprocess.CompletedProcess[str]:
     """Run one command of a page in its folder; it must exit as its comment says (or 0)."""
     print(f"{command}", file=sys.stderr)
     expected = EXPECTED_EXIT.search(command)
@@ -468,23 +521,41 @@ def _run_command(page: Path, block: Block, command: str, argv: list[str], folder
         f"not {status}, after {_since(started)}\n"
         f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
     )
+    return result
 
 
 # --------------------------------------------------------------- pages followed in order
 
-FOLLOWED = (DOCS / "guides" / "s3.md", DOCS / "guides" / "operating.md")
+GUIDES = DOCS / "guides"
+FOLLOWED = tuple(
+    GUIDES / name
+    for name in ("s3.md", "operating.md", "jobs.md", "streaming.md", "kafka.md", "clusters.md")
+)
+# The server a page asks its reader for, by the variable it exports (`export KAFKA_BROKER=
+# 127.0.0.1:9092   # your broker`): followed with the suite's, which its own test starts.
+SERVER_VARIABLES = {"KAFKA_BROKER": "kafka_broker", "SPARK_MASTER": "spark_cluster"}
+WITH_SERVERS = (GUIDES / "kafka.md", GUIDES / "clusters.md")
+_UNTIL_CTRL_C = re.compile(r"#.*\buntil Ctrl-C\b")
+_EXPORT = re.compile(r"^export (?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 # The S3 page's own server: `python tests/servers/s3.py start|status|stop ...`, maybe in
 # an `eval "$(...)"`.
 _S3_SERVER = re.compile(r'^(?:eval "\$\()?python tests/servers/s3\.py (start|status|stop)\b')
 
 
 def _follow(
-    page: Path, found: list[Block], folder: Path, spark: Any, request: pytest.FixtureRequest
+    page: Path,
+    found: list[Block],
+    folder: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every block of ``page`` in its order, as a reader runs them in ``folder``."""
+    """Every block of ``page`` in its order, as a reader runs them in ``folder``: the
+    variables a block exports stay set for the blocks after it, as in a reader's shell, and
+    what a command prints must be what the page shows after it."""
     namespace: dict = {"__name__": f"docs_page_{page.stem}"}
     with contextlib.ExitStack() as stack:
-        if spark is not None:
+        if any(block.language in RUN_LANGUAGES for block in found):
+            spark = request.getfixturevalue("spark")
             stack.enter_context(_jvm_working_directory(spark, folder))
             stack.callback(_stop_streams, namespace)
         for block in found:
@@ -495,14 +566,93 @@ def _follow(
                 continue
             if block.language not in SHELL_LANGUAGES:
                 continue
-            for command in commands(block.code):
-                server = _S3_SERVER.match(command)
+            for command, shown in steps(block.code):
+                server, export = _S3_SERVER.match(command), _EXPORT.match(command)
                 if server:
                     _s3_server_stand_in(server[1], command, request)
-                elif runs(command):
-                    _run_command(page, block, command, _argv(command), folder)
-                else:
-                    _run_command(page, block, command, ["bash", "-c", command], folder)
+                    continue
+                if export:
+                    monkeypatch.setenv(export["name"], _exported(export, folder, request))
+                    continue
+                # Through bash, as a reader's shell runs it: "$VARIABLE" and "$(...)" expand.
+                argv = ["bash", "-c", command]
+                run = _run_until_interrupted if _UNTIL_CTRL_C.search(command) else _run_command
+                result = run(page, block, command, argv, folder)
+                printed = result.stdout if result.returncode == 0 else result.stderr
+                assert shown is None or output_matches(shown, printed), (
+                    f"{page_id(page)} line {block.line}: {command!r} printed\n{printed}\n"
+                    f"where the page shows\n{shown}"
+                )
+    # The reader's folder holds what the page made, and nothing a command left behind.
+    assert not (folder / "spark-warehouse").exists(), "Spark's warehouse folder was left"
+
+
+def _run_until_interrupted(
+    page: Path, block: Block, command: str, argv: list[str], folder: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a command that runs until Ctrl-C: once it printed its first line, interrupt its
+    process group as a terminal's Ctrl-C does; it must then exit 0."""
+    print(f"{command}  (interrupted after its first line)", file=sys.stderr)
+    stdout, stderr = folder.parent / "interrupted.out", folder.parent / "interrupted.err"
+    with stdout.open("w") as out, stderr.open("w") as err:
+        process = subprocess.Popen(
+            argv, cwd=folder, env=_environment(), stdout=out, stderr=err, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while "\n" not in stdout.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, f"{command!r} printed nothing in time"
+            time.sleep(0.2)
+        assert process.poll() is None, (
+            f"{page_id(page)} line {block.line}: {command!r} ended ({process.returncode}) "
+            f"before Ctrl-C\n{stdout.read_text()}\n{stderr.read_text()[-5000:]}"
+        )
+        os.killpg(process.pid, signal.SIGINT)
+        status = process.wait(timeout=COMMAND_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert status == 0, (
+        f"{page_id(page)} line {block.line}: {command!r} exited {status} after Ctrl-C\n"
+        f"{stdout.read_text()}\n{stderr.read_text()[-5000:]}"
+    )
+    return subprocess.CompletedProcess(argv, status, stdout.read_text(), stderr.read_text())
+
+
+def _exported(export: re.Match[str], folder: Path, request: pytest.FixtureRequest) -> str:
+    """The value an ``export`` line gives its variable: the suite's server for the one a
+    page asks its reader for, else what bash makes of it in the page's folder."""
+    fixture = SERVER_VARIABLES.get(export["name"])
+    if fixture == "kafka_broker":
+        return str(request.getfixturevalue(fixture).bootstrap_servers)
+    if fixture == "spark_cluster":
+        return str(request.getfixturevalue(fixture).master_url)
+    script = f'export {export["name"]}={export["value"]}; printf %s "${export["name"]}"'
+    return subprocess.run(
+        ["bash", "-c", script], cwd=folder, env=_environment(), capture_output=True,
+        text=True, check=True,
+    ).stdout  # fmt: skip
+
+
+@pytest.mark.spark
+def test_the_kafka_page_followed_with_a_broker(
+    kafka_broker, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = GUIDES / "kafka.md"
+    folder = _page_folder(tmp_path, monkeypatch, request)
+    _follow(page, fenced_blocks(page.read_text()), folder, request, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_clusters_page_followed_on_a_cluster(
+    spark_cluster, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = GUIDES / "clusters.md"
+    folder = _page_folder(tmp_path, monkeypatch, None)
+    _follow(page, fenced_blocks(page.read_text()), folder, request, monkeypatch)
 
 
 def _s3_server_stand_in(action: str, command: str, request: pytest.FixtureRequest) -> None:
