@@ -95,3 +95,38 @@ def test_a_kill_leaves_the_lake_exactly_as_before_or_after_the_change(
     assert seen.killed_at == f"{when} {index} {CHANGES[index - 1]}"
     assert files(lake) == AFTER[index - 1 if when == "before" else index]
     assert seen.proof(lake) is None
+
+
+def test_the_report_says_whether_its_runs_enumerated_one_code(tmp_path):
+    from crashpoints.run import _one_code
+
+    def commit(path: str, text: str) -> str:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        git("add", "-A")
+        git("commit", "-qm", path)
+        return git("rev-parse", "--short", "HEAD")
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+
+    def runs(*commits: str) -> list[str]:
+        return [
+            f"- run 2026-11-29 at {c}, `python tests/crashpoints/run.py`, 1 min" for c in commits
+        ]
+
+    git("init", "-q")
+    first = commit("lakesink/sink.py", "v1")
+    docs = commit("README.md", "words")  # no code changed
+    report = commit("tests/crashpoints/run.py", "writes the page")  # only the report writer
+    fixed = commit("lakesink/sink.py", "v2")
+
+    said = _one_code(runs(first, docs, report), tmp_path)
+    assert said.startswith("Every run above enumerated one code") and report in said
+    said = _one_code(runs(first, fixed), tmp_path)
+    assert said.startswith("The runs above enumerated 2 versions") and fixed in said
+    said = _one_code(runs(first, f"{first} with uncommitted changes"), tmp_path)
+    assert said.startswith("The runs above enumerated 2 versions") and "unknown" in said

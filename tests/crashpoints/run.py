@@ -21,7 +21,9 @@ The S3 store starts a SeaweedFS server and the fault proxy (mitmproxy, from
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -171,6 +173,48 @@ def _code_commit() -> str:
     return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes" if changed else "")
 
 
+# What a run's rows speak for: the code it ran and the harness that placed its kills (this
+# file only writes the report).
+CODE_PATHS = ("lakesink", "jobs", "tests/crashpoints", "tests/faults.py")
+REPORT_WRITER = "tests/crashpoints/run.py"
+
+
+def _code(commit: str, root: Path = ROOT) -> str | None:
+    """The code a run enumerated at ``commit``: a digest of its ``CODE_PATHS`` files (None:
+    the run had uncommitted changes, or this clone lacks the commit)."""
+    if " " in commit:
+        return None
+    listing = subprocess.run(
+        ["git", "ls-tree", "-r", commit, "--", *CODE_PATHS],
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+    if listing.returncode != 0:
+        return None
+    files = [line for line in listing.stdout.splitlines() if not line.endswith(REPORT_WRITER)]
+    return hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
+
+
+def _one_code(runs: list[str], root: Path = ROOT) -> str:
+    """Whether the runs behind the table enumerated one code, and which."""
+    commits = [
+        m[1] for run in runs if (m := re.search(r" at (\w+( with uncommitted changes)?),", run))
+    ]
+    codes: dict[str | None, list[str]] = {}
+    for commit in commits:
+        codes.setdefault(_code(commit, root), []).append(commit)
+    paths = ", ".join(f"`{p}`" for p in CODE_PATHS)
+    if len(codes) == 1 and None not in codes:
+        ((code, at),) = codes.items()
+        return (
+            f"Every run above enumerated one code ({paths} the same at "
+            f"{', '.join(dict.fromkeys(at))}; digest {code})."
+        )
+    groups = "; ".join(
+        f"{code or 'unknown'}: {', '.join(dict.fromkeys(at))}" for code, at in codes.items()
+    )
+    return f"The runs above enumerated {len(codes)} versions of {paths} ({groups})."
+
+
 def _write_report(
     page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str], commit: str
 ) -> None:
@@ -203,8 +247,9 @@ def _write_report(
     body = (
         f"{MARKERS[0]}\n\nThe runs behind this table, the latest last:\n\n"
         + "\n".join(runs)
-        + f"\n\n{left}\n\n{_summary(rows)}\n\n<details><summary>Every crash point"
-        f"</summary>\n\n{_table(rows)}\n\n</details>\n\n{MARKERS[1]}"
+        + f"\n\n{_one_code(runs)}\n\n{left}\n\n{_summary(rows)}"
+        f"\n\n<details><summary>Every crash point</summary>\n\n{_table(rows)}"
+        f"\n\n</details>\n\n{MARKERS[1]}"
     )
     page.write_text(text[:start] + body + text[end:])
 
