@@ -111,10 +111,10 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
             "the files that arrive there), or pass the right --landing"
         )
 
-    if args.kafka:
-        check_broker(args.kafka)
     checkpoint_location = join(normalize(args.state), args.job_id)
     check_state_source(checkpoint_location, args)
+    if args.kafka:  # after the state's check: a wrong state folder is said first
+        check_broker(args.kafka)
 
     from lakesink.delta.options import SinkOptions
     from lakesink.delta.sink import DeltaSink

@@ -160,10 +160,7 @@ def show_cut(spark: SparkSession, cut_view: str, checkpoint_id: int) -> None:
     statement between two replacements would see two cuts. The tables themselves are read
     at their latest versions, which hold every checkpoint up to the cut.
     """
-    spark.sql(
-        f"CREATE OR REPLACE VIEW {quote_name(cut_view)} AS "
-        f"SELECT CAST({int(checkpoint_id)} AS BIGINT) AS checkpoint_id"
-    )
+    _replace_view(spark, cut_view, f"SELECT CAST({int(checkpoint_id)} AS BIGINT) AS checkpoint_id")
 
 
 class CommittedViews:
@@ -217,10 +214,17 @@ def _create_view(
         database = view_name.rsplit(".", 1)[0]
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_name(database)}")
     select = ", ".join(quote_identifier(c) for c in columns)
-    spark.sql(
-        f"CREATE OR REPLACE VIEW {quote_name(view_name)} AS "
-        f"SELECT {select} FROM {delta_path(path)} WHERE {where}"
-    )
+    _replace_view(spark, view_name, f"SELECT {select} FROM {delta_path(path)} WHERE {where}")
+
+
+def _replace_view(spark: SparkSession, view_name: str, query: str) -> None:
+    """Make ``view_name`` the view of ``query``, never missing meanwhile: Spark's CREATE OR
+    REPLACE drops an existing view and creates it again, and a reader's statement that
+    resolves the name in between fails (TABLE_OR_VIEW_NOT_FOUND); ALTER VIEW replaces its
+    definition in one catalog call."""
+    name = quote_name(view_name)
+    verb = "ALTER VIEW" if spark.catalog.tableExists(name) else "CREATE OR REPLACE VIEW"
+    spark.sql(f"{verb} {name} AS {query}")
 
 
 def transaction_rows(spark: SparkSession, table: SinkTable, txn_ids: Sequence[str]) -> DataFrame:
