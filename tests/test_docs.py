@@ -640,9 +640,7 @@ def _exported(export: re.Match[str], folder: Path, request: pytest.FixtureReques
 def test_the_kafka_page_followed_with_a_broker(
     kafka_broker, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    page = GUIDES / "kafka.md"
-    folder = _page_folder(tmp_path, monkeypatch, request)
-    _follow(page, fenced_blocks(page.read_text()), folder, request, monkeypatch)
+    _follow_page(GUIDES / "kafka.md", request, tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
@@ -650,9 +648,17 @@ def test_the_kafka_page_followed_with_a_broker(
 def test_the_clusters_page_followed_on_a_cluster(
     spark_cluster, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    page = GUIDES / "clusters.md"
-    folder = _page_folder(tmp_path, monkeypatch, None)
-    _follow(page, fenced_blocks(page.read_text()), folder, request, monkeypatch)
+    _follow_page(GUIDES / "clusters.md", request, tmp_path, monkeypatch)
+
+
+def _follow_page(
+    page: Path, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Follow a page with a server of its own (its test started the server)."""
+    found = fenced_blocks(page.read_text())
+    python = any(block.language in RUN_LANGUAGES for block in found)
+    folder = _page_folder(tmp_path, monkeypatch, request if python else None)
+    _follow(page, found, folder, request, monkeypatch)
 
 
 def _s3_server_stand_in(action: str, command: str, request: pytest.FixtureRequest) -> None:
