@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -124,6 +126,14 @@ def _uses_a_module_fixture(item: pytest.Item) -> bool:
         for definitions in info.name2fixturedefs.values()
         for definition in definitions
     )
+
+
+def pytest_report_header() -> str:
+    """The free disk a run starts with: the S3 server answers every write with HTTP 500 once
+    its disk is full, which reads as a bug in whatever test meets it first."""
+    folder = tempfile.gettempdir()
+    usage = shutil.disk_usage(folder)
+    return f"disk: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.0f} GiB at {folder}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
