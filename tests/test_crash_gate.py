@@ -130,3 +130,24 @@ def test_the_report_says_whether_its_runs_enumerated_one_code(tmp_path):
     assert said.startswith("The runs above enumerated 2 versions") and fixed in said
     said = _one_code(runs(first, f"{first} with uncommitted changes"), tmp_path)
     assert said.startswith("The runs above enumerated 2 versions") and "unknown" in said
+
+
+def test_the_report_lists_only_the_runs_its_rows_come_from():
+    from crashpoints.run import _standing
+
+    def run(options: str) -> str:
+        return f"- run 2026-11-29 at abc1234, `python tests/crashpoints/run.py {options}`, 1 min"
+
+    both = run("--store local --scenario vacuum")
+    merge = run("--store local --scenario vacuum --mode merge")
+    metadata = run("--store local --scenario vacuum --mode metadata")
+    other = run("--store s3 --scenario operator-abort")
+    whole = "- run 2026-11-28 at abc1234, `make crash-points`, 300 min"
+
+    # Both modes' rows came from `both` until each mode was run again.
+    assert _standing([both, merge, other]) == [both, merge, other]
+    assert _standing([both, merge, other, metadata]) == [merge, other, metadata]
+    # A scenario without modes runs in a run of one mode too.
+    assert _standing([run("--store s3 --scenario operator-abort --mode merge"), other]) == [other]
+    assert _standing([whole, merge]) == [whole, merge]
+    assert _standing([merge, whole]) == [whole]

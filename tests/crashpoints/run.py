@@ -32,6 +32,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -160,6 +161,12 @@ def _page_runs(section: str) -> tuple[list[str], list[Row]]:
     return runs, rows
 
 
+# What a run's rows speak for: the code it ran and the harness that placed its kills (this
+# file only writes the report).
+CODE_PATHS = ("lakesink", "jobs", "tests/crashpoints", "tests/faults.py")
+REPORT_WRITER = "tests/crashpoints/run.py"
+
+
 def _code_commit() -> str:
     """The commit whose code the run enumerated: rows of several runs add up on the page, and
     a row enumerated before a fix to lakesink does not speak for the code after it."""
@@ -169,14 +176,8 @@ def _code_commit() -> str:
             ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
 
-    changed = git("status", "--porcelain", "--", "lakesink", "jobs", "tests/crashpoints")
+    changed = git("status", "--porcelain", "--", *CODE_PATHS, f":(exclude){REPORT_WRITER}")
     return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes" if changed else "")
-
-
-# What a run's rows speak for: the code it ran and the harness that placed its kills (this
-# file only writes the report).
-CODE_PATHS = ("lakesink", "jobs", "tests/crashpoints", "tests/faults.py")
-REPORT_WRITER = "tests/crashpoints/run.py"
 
 
 def _code(commit: str, root: Path = ROOT) -> str | None:
@@ -215,6 +216,54 @@ def _one_code(runs: list[str], root: Path = ROOT) -> str:
     return f"The runs above enumerated {len(codes)} versions of {paths} ({groups})."
 
 
+def _covers(run: str) -> set[tuple[str, str, str]]:
+    """The (scenario, mode, store) a run listed on the page enumerated, read from its command."""
+    command = re.search(r"`([^`]*)`", run)
+    words = command[1].split() if command else []
+    given: dict[str, set[str]] = {}
+    for option, value in pairwise(words):
+        if option.startswith("--"):
+            given.setdefault(option.removeprefix("--"), set()).add(value)
+    return {
+        (name, mode, store)
+        for name, mode, store in _combinations(["local", "s3"])
+        if name in given.get("scenario", {name})
+        and store in given.get("store", {store})
+        and mode in given.get("mode", {mode}) | {"-"}  # a scenario without modes runs in each
+    }
+
+
+def _standing(runs: list[str]) -> list[str]:
+    """The runs some row of the table still comes from: a run whose every scenario, mode and
+    store later runs enumerated again speaks for no row, and its code no longer counts."""
+    kept, later = [], set()
+    for run in reversed(runs):
+        covers = _covers(run)
+        if not covers <= later:
+            kept.append(run)
+        later |= covers
+    return kept[::-1]
+
+
+def _section(runs: list[str], rows: list[Row]) -> str:
+    """The page's part between its markers: the runs, whether they enumerated one code, what
+    is left, the summary and every crash point."""
+    done = set(map(_key, rows))
+    missing = [c for c in _combinations(["local", "s3"]) if c not in done]
+    left = (
+        "Not enumerated yet: " + ", ".join(f"{s} ({m}, {st})" for s, m, st in missing) + "."
+        if missing
+        else "Every scenario, in each of its modes, on both stores."
+    )
+    return (
+        f"{MARKERS[0]}\n\nThe runs behind this table, the latest last:\n\n"
+        + "\n".join(runs)
+        + f"\n\n{_one_code(runs)}\n\n{left}\n\n{_summary(rows)}"
+        f"\n\n<details><summary>Every crash point</summary>\n\n{_table(rows)}"
+        f"\n\n</details>\n\n{MARKERS[1]}"
+    )
+
+
 def _write_report(
     page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str], commit: str
 ) -> None:
@@ -234,24 +283,10 @@ def _write_report(
         f"{len(reached)} crash points reached, {sum(o.ok for o in reached)} restarts ended "
         f"exactly once; {len(outcomes) - len(reached)} not reached."
     )
-    runs = [r for r in earlier_runs if f"`{command}`" not in r] + [run]
+    runs = _standing([*earlier_runs, run])
     if not chosen:  # the whole enumeration: nothing earlier stands beside it
         runs, rows = [run], new_rows
-    done = set(map(_key, rows))
-    missing = [c for c in _combinations(["local", "s3"]) if c not in done]
-    left = (
-        "Not enumerated yet: " + ", ".join(f"{s} ({m}, {st})" for s, m, st in missing) + "."
-        if missing
-        else "Every scenario, in each of its modes, on both stores."
-    )
-    body = (
-        f"{MARKERS[0]}\n\nThe runs behind this table, the latest last:\n\n"
-        + "\n".join(runs)
-        + f"\n\n{_one_code(runs)}\n\n{left}\n\n{_summary(rows)}"
-        f"\n\n<details><summary>Every crash point</summary>\n\n{_table(rows)}"
-        f"\n\n</details>\n\n{MARKERS[1]}"
-    )
-    page.write_text(text[:start] + body + text[end:])
+    page.write_text(text[:start] + _section(runs, rows) + text[end:])
 
 
 def main() -> int:
