@@ -97,57 +97,88 @@ def test_a_kill_leaves_the_lake_exactly_as_before_or_after_the_change(
     assert seen.proof(lake) is None
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def _commit(repo: Path, path: str, text: str) -> str:
+    """Commits ``text`` as ``path`` in the git repository ``repo`` (made on first use)."""
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        _git(repo, "init", "-q")
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", path)
+    return _git(repo, "rev-parse", "--short", "HEAD")
+
+
+def _run(commit: str, options: str = "") -> str:
+    """A run's line as the report lists it."""
+    command = f"python tests/crashpoints/run.py {options}".strip()
+    return f"- run 2026-11-29 at {commit}, `{command}`, 1 min on 2 cores: 1 crash point."
+
+
 def test_the_report_says_whether_its_runs_enumerated_one_code(tmp_path):
     from crashpoints.run import _one_code
 
-    def commit(path: str, text: str) -> str:
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-        git("add", "-A")
-        git("commit", "-qm", path)
-        return git("rev-parse", "--short", "HEAD")
+    first = _commit(tmp_path, "lakesink/sink.py", "v1")
+    docs = _commit(tmp_path, "README.md", "words")  # no code changed
+    report = _commit(tmp_path, "tests/crashpoints/run.py", "writes the page")  # the writer only
+    fixed = _commit(tmp_path, "lakesink/sink.py", "v2")
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+    def said(*commits: str) -> str:
+        return _one_code([_run(c) for c in commits], tmp_path)
 
-    def runs(*commits: str) -> list[str]:
-        return [
-            f"- run 2026-11-29 at {c}, `python tests/crashpoints/run.py`, 1 min" for c in commits
-        ]
-
-    git("init", "-q")
-    first = commit("lakesink/sink.py", "v1")
-    docs = commit("README.md", "words")  # no code changed
-    report = commit("tests/crashpoints/run.py", "writes the page")  # only the report writer
-    fixed = commit("lakesink/sink.py", "v2")
-
-    said = _one_code(runs(first, docs, report), tmp_path)
-    assert said.startswith("Every run above enumerated one code") and report in said
-    said = _one_code(runs(first, fixed), tmp_path)
-    assert said.startswith("The runs above enumerated 2 versions") and fixed in said
-    said = _one_code(runs(first, f"{first} with uncommitted changes"), tmp_path)
-    assert said.startswith("The runs above enumerated 2 versions") and "unknown" in said
+    assert said(first, docs, report).startswith("Every run above enumerated one code")
+    assert report in said(first, docs, report)
+    assert said(first, fixed).startswith("The runs above enumerated 2 versions")
+    assert fixed in said(first, fixed)
+    uncommitted = said(first, f"{first} with uncommitted changes")
+    assert uncommitted.startswith("The runs above enumerated 2 versions")
+    assert "unknown" in uncommitted
 
 
 def test_the_report_lists_only_the_runs_its_rows_come_from():
     from crashpoints.run import _standing
 
-    def run(options: str) -> str:
-        return f"- run 2026-11-29 at abc1234, `python tests/crashpoints/run.py {options}`, 1 min"
-
-    both = run("--store local --scenario vacuum")
-    merge = run("--store local --scenario vacuum --mode merge")
-    metadata = run("--store local --scenario vacuum --mode metadata")
-    other = run("--store s3 --scenario operator-abort")
+    both = _run("abc1234", "--store local --scenario vacuum")
+    merge = _run("abc1234", "--store local --scenario vacuum --mode merge")
+    metadata = _run("abc1234", "--store local --scenario vacuum --mode metadata")
+    other = _run("abc1234", "--store s3 --scenario operator-abort")
     whole = "- run 2026-11-28 at abc1234, `make crash-points`, 300 min"
 
     # Both modes' rows came from `both` until each mode was run again.
     assert _standing([both, merge, other]) == [both, merge, other]
     assert _standing([both, merge, other, metadata]) == [merge, other, metadata]
     # A scenario without modes runs in a run of one mode too.
-    assert _standing([run("--store s3 --scenario operator-abort --mode merge"), other]) == [other]
+    one_mode = _run("abc1234", "--store s3 --scenario operator-abort --mode merge")
+    assert _standing([one_mode, other]) == [other]
     assert _standing([whole, merge]) == [whole, merge]
     assert _standing([merge, whole]) == [whole]
+
+
+def test_a_resumed_enumeration_runs_what_the_page_holds_no_rows_of_this_code_for(tmp_path):
+    from crashpoints.run import MARKERS, _behind, _code, _combinations
+
+    repo = tmp_path / "repo"
+    old = _commit(repo, "lakesink/sink.py", "v1")
+    new = _commit(repo, "lakesink/sink.py", "v2")
+    page = tmp_path / "reliability.md"
+    runs = [
+        _run(old, "--store local --scenario vacuum"),
+        _run(new, "--store local --scenario vacuum --mode merge"),
+        _run(new, "--store s3 --scenario operator-abort"),
+        _run(f"{new} with uncommitted changes", "--store s3 --scenario migrate-table"),
+    ]
+    page.write_text(f"# Reliability\n\n{MARKERS[0]}\n\n" + "\n".join(runs) + f"\n\n{MARKERS[1]}\n")
+
+    behind = _behind(page, _code(new, repo), repo)
+
+    done = {("vacuum", "merge", "local"), ("operator-abort", "-", "s3")}
+    assert set(_combinations(["local", "s3"])) - set(behind) == done
+    assert ("vacuum", "metadata", "local") in behind  # its rows are the old code's
+    assert ("migrate-table", "-", "s3") in behind  # uncommitted: no code to name

@@ -2,6 +2,7 @@
 
     python tests/crashpoints/run.py [--store local|s3] [--scenario NAME] [--mode MODE]
                                     [--jobs N] [--report docs/reliability.md]
+    python tests/crashpoints/run.py --resume --report docs/reliability.md
 
 For each scenario, commit mode and store it counts the changes of an unharmed run (files
 created, overwritten, renamed, linked or deleted; objects put, copied or deleted), then
@@ -11,8 +12,9 @@ it was, before/after and how the kill was made, outcome; with ``--report`` it wr
 table into that page, between its ``crash-points`` markers. A run of some scenarios or
 stores replaces their rows there and keeps the others' (the page lists each run behind the
 table, and what is not enumerated yet); ``make crash-points``, the whole enumeration,
-replaces them all. Exit 0 when every
-restart ended exactly once.
+replaces them all. The whole enumeration takes hours: ``--resume`` runs, one at a time, what
+the page holds no rows of the current code for, and writes the page after each, so that a
+stopped enumeration goes on where it stopped. Exit 0 when every restart ended exactly once.
 
 The S3 store starts a SeaweedFS server and the fault proxy (mitmproxy, from
 ``.cache/tools/mitmproxy``: ``make crash-points`` installs it) on loopback and stops both.
@@ -195,11 +197,15 @@ def _code(commit: str, root: Path = ROOT) -> str | None:
     return hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
 
 
+def _run_commit(run: str) -> str | None:
+    """The commit a run listed on the page names (with " with uncommitted changes", if so)."""
+    found = re.search(r" at (\w+( with uncommitted changes)?),", run)
+    return found[1] if found else None
+
+
 def _one_code(runs: list[str], root: Path = ROOT) -> str:
     """Whether the runs behind the table enumerated one code, and which."""
-    commits = [
-        m[1] for run in runs if (m := re.search(r" at (\w+( with uncommitted changes)?),", run))
-    ]
+    commits = [commit for run in runs if (commit := _run_commit(run))]
     codes: dict[str | None, list[str]] = {}
     for commit in commits:
         codes.setdefault(_code(commit, root), []).append(commit)
@@ -243,6 +249,20 @@ def _standing(runs: list[str]) -> list[str]:
             kept.append(run)
         later |= covers
     return kept[::-1]
+
+
+def _behind(page: Path, code: str, root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """What a resumed enumeration still has to run: every (scenario, mode, store) whose rows on
+    the page were enumerated at another code, or are not there."""
+    text = page.read_text()
+    runs, _ = _page_runs(text[text.index(MARKERS[0]) : text.index(MARKERS[1])])
+    latest = {combo: _run_commit(run) for run in _standing(runs) for combo in _covers(run)}
+    codes = {commit: _code(commit, root) for commit in set(latest.values()) if commit}
+    return [
+        combo
+        for combo in _combinations(["local", "s3"])
+        if (commit := latest.get(combo)) is None or codes.get(commit) != code
+    ]
 
 
 def _section(runs: list[str], rows: list[Row]) -> str:
@@ -289,6 +309,45 @@ def _write_report(
     page.write_text(text[:start] + _section(runs, rows) + text[end:])
 
 
+def _parts(args: argparse.Namespace, commit: str) -> list[argparse.Namespace]:
+    """The runs to make: the one the options ask for, or with ``--resume`` one per scenario,
+    mode and store the page holds no rows of this code for (each reported as it ends)."""
+    if not args.resume:
+        return [args]
+    code = _code(commit)
+    if code is None:
+        raise SystemExit(
+            f"run.py --resume: the code has uncommitted changes ({commit}); commit them first, "
+            "so that the page can name the code its rows come from"
+        )
+    return [
+        argparse.Namespace(
+            **{
+                **vars(args),
+                "store": [store],
+                "scenario": [name],
+                "mode": None if mode == "-" else mode,
+            }
+        )
+        for name, mode, store in _behind(args.report, code)
+    ]
+
+
+def _enumerate_and_report(args: argparse.Namespace, work: Path, commit: str) -> list[Outcome]:
+    started = time.monotonic()
+    outcomes: list[Outcome] = []
+    for store in args.store or ["local", "s3"]:
+        outcomes += _run_store(store, args, work / store)
+    if args.report:
+        chosen = [
+            f"--{option} {value}"
+            for option, values in (("store", args.store), ("scenario", args.scenario))
+            for value in values or []
+        ] + ([f"--mode {args.mode}"] if args.mode else [])
+        _write_report(args.report, outcomes, time.monotonic() - started, chosen, commit)
+    return outcomes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -298,15 +357,31 @@ def main() -> int:
     parser.add_argument("--mode", choices=("merge", "metadata"))
     parser.add_argument("--jobs", type=int, default=2, help="crash points at once (default 2)")
     parser.add_argument("--report", type=Path, help="a page to write the table into")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="run every scenario, mode and store whose rows on the --report page come from "
+        "another code (or are missing), one at a time, writing the page after each",
+    )
     parser.add_argument("--work", type=Path, help="a folder to keep the runs in")
     args = parser.parse_args()
+    if args.resume and (not args.report or args.store or args.scenario or args.mode):
+        parser.error(
+            "--resume reads what to run from the page: give --report PAGE, and no --store, "
+            "--scenario or --mode"
+        )
     os.environ.setdefault("JAVA_TOOL_OPTIONS", java_options())  # as the tests' JVMs
     work = args.work or Path(tempfile.mkdtemp(prefix="lakesink-crash-points-"))
     commit = _code_commit()  # at the start: the tree may move on during hours of runs
     started = time.monotonic()
     outcomes: list[Outcome] = []
-    for store in args.store or ["local", "s3"]:
-        outcomes += _run_store(store, args, work / store)
+    parts = _parts(args, commit)
+    if args.resume and not parts:
+        print(f"every row on {args.report} was enumerated at this code ({commit}): nothing to run")
+    for number, part in enumerate(parts, 1):
+        if args.resume:
+            print(f"[{number}/{len(parts)}] {part.scenario[0]} {part.mode or '-'} {part.store[0]}")
+        outcomes += _enumerate_and_report(part, work / str(number), commit)
     took = time.monotonic() - started
     print("\n" + _summary([_row(o) for o in outcomes]))
     failed = [o for o in outcomes if not o.ok]
@@ -315,13 +390,6 @@ def main() -> int:
             f"FAILED {outcome.scenario} {outcome.mode} {outcome.store} {outcome.point}: "
             f"{outcome.problems}"
         )
-    if args.report:
-        chosen = [
-            f"--{option} {value}"
-            for option, values in (("store", args.store), ("scenario", args.scenario))
-            for value in values or []
-        ] + ([f"--mode {args.mode}"] if args.mode else [])
-        _write_report(args.report, outcomes, took, chosen, commit)
     print(
         f"{len(outcomes)} crash points, {len(failed)} failed, {took / 60:.0f} min; runs in {work}"
     )
