@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-needs test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points
+.PHONY: setup lint format test test-needs test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points crash-points-resume
 
 setup: $(STAMP)
 
@@ -109,6 +109,10 @@ test-fast: lint jvm-archive
 # table goes into docs/reliability.md. Hours.
 crash-points: $(IVY_STAMP) $(MITMDUMP) jvm-archive
 	$(BIN)/python tests/crashpoints/run.py --report docs/reliability.md
+
+# The same, going on where it stopped: what the page holds no rows of the current code for.
+crash-points-resume: $(IVY_STAMP) $(MITMDUMP) jvm-archive
+	$(BIN)/python tests/crashpoints/run.py --resume --report docs/reliability.md
 
 # Sample orders, the ingest job killed mid-checkpoint and restarted, vacuum, the proof.
 demo: $(DEMO_STAMP)
