@@ -148,6 +148,11 @@ def _combinations(stores: list[str]) -> list[tuple[str, str, str]]:
     ]
 
 
+def _marked(text: str) -> tuple[int, int]:
+    """Where the page's part between its markers starts and ends (the markers included)."""
+    return text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
+
+
 def _page_runs(section: str) -> tuple[list[str], list[Row]]:
     """The runs listed on the page, and the rows of its table of every crash point.
 
@@ -255,7 +260,7 @@ def _behind(page: Path, code: str, root: Path = ROOT) -> list[tuple[str, str, st
     """What a resumed enumeration still has to run: every (scenario, mode, store) whose rows on
     the page were enumerated at another code, or are not there."""
     text = page.read_text()
-    runs, _ = _page_runs(text[text.index(MARKERS[0]) : text.index(MARKERS[1])])
+    runs, _ = _page_runs(text[slice(*_marked(text))])
     latest = {combo: _run_commit(run) for run in _standing(runs) for combo in _covers(run)}
     codes = {commit: _code(commit, root) for commit in set(latest.values()) if commit}
     return [
@@ -288,7 +293,7 @@ def _write_report(
     page: Path, outcomes: list[Outcome], took_s: float, chosen: list[str], commit: str
 ) -> None:
     text = page.read_text()
-    start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
+    start, end = _marked(text)
     earlier_runs, earlier_rows = _page_runs(text[start:end])
     new_rows = [_row(o) for o in outcomes]
     ran = set(map(_key, new_rows))
