@@ -17,7 +17,9 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from pyspark.errors import StreamingQueryException
@@ -30,6 +32,11 @@ from lakesink.ops.metrics import MetricsExport
 from lakesink.sources.landing import quarantine
 from lakesink.storage.files import check_reachable
 from lakesink.storage.location import is_uri, join, normalize
+
+if TYPE_CHECKING:
+    from lakesink.delta.options import SinkOptions
+    from lakesink.delta.sink import DeltaSink
+    from lakesink.spark.validation import ValidationGate
 
 __all__ = [
     "ORDERS_SCHEMA",
@@ -100,26 +107,10 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
     metrics = MetricsExport(
         textfile=args.metrics_file, push_gateway=args.push_gateway, job=f"lakesink_{args.job_id}"
     )
-    # Every store the job writes answers, before Spark starts (the landing folder gets
-    # the quarantined files).
-    for location in (args.table, args.totals_table, args.state, args.journal, args.landing):
-        if location:
-            check_reachable(normalize(location), write=True, create=True)
-    if args.landing and not is_uri(args.landing) and not Path(args.landing).is_dir():
-        raise ConfigurationError(
-            f"the landing folder {args.landing} does not exist: create it (the job ingests "
-            "the files that arrive there), or pass the right --landing"
-        )
-
-    checkpoint_location = join(normalize(args.state), args.job_id)
-    check_state_source(checkpoint_location, args)
-    if args.kafka:  # after the state's check: a wrong state folder is said first
-        check_broker(args.kafka)
+    checkpoint_location = _check_before_spark(args)
 
     from lakesink.delta.options import SinkOptions
-    from lakesink.delta.sink import DeltaSink
     from lakesink.spark.session import KAFKA_CONNECTOR, spark_session
-    from lakesink.streaming import StreamingSink
 
     spark = spark_session(
         master=args.master,
@@ -128,14 +119,111 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
         jvm_output=jvm_log,
         warehouse_in_cache=True,
     )
-    options = SinkOptions(journal_path=args.journal, commit=args.commit)
-    stream = _kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args)
-    batches: list[int] = []
+    query = _Query(
+        spark=spark,
+        args=args,
+        options=SinkOptions(journal_path=args.journal, commit=args.commit),
+        stream=_kafka_stream(spark, args) if args.kafka else _landing_stream(spark, args),
+        gate=gate,
+        metrics=metrics,
+        checkpoint_location=checkpoint_location,
+        stop=stop,
+    )
+    try:
+        if stop.is_set():  # it came while Spark started
+            return 0
+        query.run()
+    except StreamingQueryException as exc:
+        if stop.is_set():  # a batch that was starting as the query stopped: it runs again
+            log.warning("the batch in flight when the query stopped failed: %s", _first(exc))
+            return len(query.batches)
+        # SPARK-55271: Spark's Kafka source (4.1.1-4.1.2) fails its progress report after a
+        # restart whose first batch is one it runs again. The batch is in the commit log by
+        # then (and committed by the sink's close), so running the query again goes on.
+        if not (args.kafka and '"scala.Option.get()" is null' in str(exc)):
+            raise
+        log.warning("the Kafka source failed its metrics after a restart (SPARK-55271); again")
+        query.run()
+    finally:
+        spark.stop()
+    return len(query.batches)
 
-    def process(batch: DataFrame, writers: Mapping[str, DeltaSink]) -> None:
-        batches.append(writers["orders"].current_checkpoint_id)
+
+def _check_before_spark(args: argparse.Namespace) -> str:
+    """Refuse what would fail once Spark runs; return the query's checkpoint location."""
+    # Every store the job writes answers (the landing folder gets the quarantined files).
+    for location in (args.table, args.totals_table, args.state, args.journal, args.landing):
+        if location:
+            check_reachable(normalize(location), write=True, create=True)
+    if args.landing and not is_uri(args.landing) and not Path(args.landing).is_dir():
+        raise ConfigurationError(
+            f"the landing folder {args.landing} does not exist: create it (the job ingests "
+            "the files that arrive there), or pass the right --landing"
+        )
+    checkpoint_location = join(normalize(args.state), args.job_id)
+    check_state_source(checkpoint_location, args)
+    if args.kafka:  # after the state's check: a wrong state folder is said first
+        check_broker(args.kafka)
+    return checkpoint_location
+
+
+@dataclass
+class _Query:
+    """The job's streaming query: its sinks, and what it does with each micro-batch."""
+
+    spark: SparkSession
+    args: argparse.Namespace
+    options: SinkOptions
+    stream: DataFrame
+    gate: ValidationGate | None
+    metrics: MetricsExport
+    checkpoint_location: str
+    stop: threading.Event
+    batches: list[int] = field(default_factory=list)  # their checkpoint ids
+
+    def run(self) -> None:
+        """Run the query over new sinks until it is drained or ``stop`` is set."""
+        from lakesink.delta.sink import DeltaSink
+        from lakesink.streaming import StreamingSink
+
+        args = self.args
+        sinks = {
+            "orders": DeltaSink(
+                self.spark,
+                args.table,
+                schema=ORDERS_SCHEMA,
+                options=self.options,
+                validation=self.gate,
+            )
+        }
+        if args.totals_table:
+            sinks["totals"] = DeltaSink(
+                self.spark, args.totals_table, schema=TOTALS_SCHEMA, options=self.options
+            )
+        with StreamingSink.for_sinks(
+            self.spark,
+            sinks,
+            checkpoint_location=self.checkpoint_location,
+            process=self.process,
+            metrics=self.metrics,
+        ) as sink:
+            writer = self.stream.writeStream.foreachBatch(sink).queryName(args.job_id)
+            writer = writer.option("checkpointLocation", self.checkpoint_location)
+            if args.follow:
+                writer = writer.trigger(processingTime=f"{args.checkpoint_seconds} seconds")
+            else:
+                writer = writer.trigger(availableNow=True)
+            query = writer.start()
+            # In slices: a signal only sets ``stop``, and the query is stopped from here.
+            while not query.awaitTermination(1):
+                if self.stop.is_set():
+                    _stop_between_batches(query)
+
+    def process(self, batch: DataFrame, writers: Mapping[str, DeltaSink]) -> None:
+        """Write one micro-batch's orders (and their totals), and say what it held."""
+        self.batches.append(writers["orders"].current_checkpoint_id)
         batch = batch.cache()
-        quarantined = _quarantine(batch) if args.landing else []
+        quarantined = _quarantine(batch) if self.args.landing else []
         good = batch.where(~F.col("_file").isin(quarantined)) if quarantined else batch
         orders = transform(good).cache()
         rows = orders.count()
@@ -145,65 +233,13 @@ def run(args: argparse.Namespace, stop: threading.Event, jvm_log: Path | None) -
         files = batch.select("_file").distinct().count()
         orders.unpersist()
         batch.unpersist()
-        unit = "file" if args.landing else "partition"
+        unit = "file" if self.args.landing else "partition"
         print(
-            f"batch {batches[-1]}: {files} {unit}{'' if files == 1 else 's'}, "
+            f"batch {self.batches[-1]}: {files} {unit}{'' if files == 1 else 's'}, "
             f"{rows} order{'' if rows == 1 else 's'}"
             + (f", {len(quarantined)} quarantined" if quarantined else ""),
             flush=True,
         )
-
-    def run_query() -> None:
-        sinks = {
-            "orders": DeltaSink(
-                spark,
-                args.table,
-                schema=ORDERS_SCHEMA,
-                options=options,
-                validation=gate,
-            )
-        }
-        if args.totals_table:
-            sinks["totals"] = DeltaSink(
-                spark, args.totals_table, schema=TOTALS_SCHEMA, options=options
-            )
-        with StreamingSink.for_sinks(
-            spark,
-            sinks,
-            checkpoint_location=checkpoint_location,
-            process=process,
-            metrics=metrics,
-        ) as sink:
-            writer = stream.writeStream.foreachBatch(sink).queryName(args.job_id)
-            writer = writer.option("checkpointLocation", checkpoint_location)
-            if args.follow:
-                writer = writer.trigger(processingTime=f"{args.checkpoint_seconds} seconds")
-            else:
-                writer = writer.trigger(availableNow=True)
-            query = writer.start()
-            # In slices: a signal only sets ``stop``, and the query is stopped from here.
-            while not query.awaitTermination(1):
-                if stop.is_set():
-                    _stop_between_batches(query)
-
-    try:
-        if stop.is_set():  # it came while Spark started
-            return 0
-        run_query()
-    except StreamingQueryException as exc:
-        if stop.is_set():  # a batch that was starting as the query stopped: it runs again
-            log.warning("the batch in flight when the query stopped failed: %s", _first(exc))
-            return len(batches)
-        # SPARK-55271: Spark's Kafka source (4.1.1-4.1.2) fails its progress report after a
-        # restart whose first batch is one it runs again. The batch is in the commit log by
-        # then (and committed by the sink's close), so running the query again goes on.
-        if not (args.kafka and '"scala.Option.get()" is null' in str(exc)):
-            raise
-        log.warning("the Kafka source failed its metrics after a restart (SPARK-55271); again")
-        run_query()
-    finally:
-        spark.stop()
-    return len(batches)
 
 
 def check_state_source(checkpoint_location: str, args: argparse.Namespace) -> None:

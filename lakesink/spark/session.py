@@ -71,41 +71,28 @@ def spark_session(
             ``spark-submit`` the master it was given; otherwise ``local[*]``.
         app_name: The Spark application name.
         existing: A session built elsewhere; it is checked for Delta and returned as is.
-        conf: Extra Spark settings, applied last. With a ``local`` master, lakesink sizes
-            Delta's snapshot and Spark's shuffle and file-listing parallelism to the
-            cores (defaults meant for clusters cost seconds per Delta commit on a laptop);
-            ``conf`` overrides those too.
-        ivy_dir: Where Spark caches the Delta jars it fetches from Maven Central.
-            Default: ``$LAKESINK_IVY_DIR``, else Spark's own (``~/.ivy2.5.2``).
+        conf: Extra Spark settings, applied last: also over what lakesink sizes to the
+            cores of a ``local`` master (Delta's snapshot, shuffle and file listing), whose
+            defaults, meant for clusters, cost a laptop seconds per Delta commit.
+        ivy_dir: Where Spark caches fetched jars (``$LAKESINK_IVY_DIR``, else ``~/.ivy2.5.2``).
         metastore_dir: Keep the catalog (the committed views) in an embedded Derby
-            metastore in this folder, so views outlive the session. Derby admits one
-            process at a time. Default: ``$LAKESINK_METASTORE_DIR``, else an in-memory
-            catalog that forgets views when the session ends.
-        metastore_url: Keep the catalog in the Hive metastore of a Derby network server
-            (``lakesink metastore start`` prints this ``jdbc:derby://...`` URL; ``host:port``
-            also works), which many processes share at once: a writer job and SQL readers
-            elsewhere see the same views. The Derby client jar is fetched next to the Ivy
-            cache if missing. Default: ``$LAKESINK_METASTORE_URL``. An argument wins over
-            the other option's environment variable.
+            metastore in this folder, one process at a time. Default:
+            ``$LAKESINK_METASTORE_DIR``, else an in-memory catalog, gone with the session.
+        metastore_url: Keep the catalog in a Derby network server's Hive metastore, which
+            many processes share (``lakesink metastore start`` prints its ``jdbc:derby://``
+            URL; ``host:port`` also works); its client jar is fetched if missing. Default:
+            ``$LAKESINK_METASTORE_URL``. An argument wins over the other's variable.
         packages: More Maven coordinates for Spark to fetch (a connector).
-        storage: How to reach object storage (``s3a://`` and ``s3://`` tables): endpoint,
-            region, credentials. Default: ``StorageOptions.from_env()`` (the standard AWS
-            variables) when any of them is set; with neither, the session reaches local
-            and HDFS paths only. Pass ``StorageOptions()`` for AWS's default credential
-            chain (an instance or pod role). Adds ``hadoop-aws`` and lakesink's log store,
-            whose commits on S3 are conditional creates (two writers cannot overwrite
-            each other's commit).
-        jvm_output: A file that takes the driver JVM's own console output (Spark's
-            start-up warnings and log lines, Ivy's report of packages it fetches), appended to,
-            instead of this process's stdout and stderr. Applies when this call starts the
-            JVM: not under ``spark-submit``, nor for a second session of a process. The
-            ``lakesink`` commands and jobs use it unless ``--verbose``.
-        warehouse_in_cache: Without a metastore, give Spark's warehouse folder a place in
-            lakesink's cache (``spark-warehouse`` beside the Delta jars), not the working
-            folder: the in-memory catalog creates it, empty, for its default database,
-            and forgets what it holds when the session ends. The ``lakesink`` commands and
-            jobs, which make no catalog table, use it, so that a user's folder keeps only
-            what they asked for.
+        storage: How to reach ``s3a://`` and ``s3://`` tables (endpoint, region,
+            credentials). Default: ``StorageOptions.from_env()`` when any standard AWS
+            variable is set, else local and HDFS paths only; ``StorageOptions()`` takes
+            AWS's default credential chain. Adds ``hadoop-aws`` and lakesink's log store,
+            whose commits on S3 are conditional creates.
+        jvm_output: Append the driver JVM's console output (Spark's warnings and log lines,
+            Ivy's report) to this file, not to this process's stdout and stderr, when this
+            call starts the JVM (not under ``spark-submit``, nor a process's second session).
+        warehouse_in_cache: Without a metastore, keep Spark's (empty) warehouse folder in
+            lakesink's cache, not the working folder (the ``lakesink`` commands and jobs do).
 
     Raises:
         ConfigurationError: ``existing`` has no Delta extension or catalog; or both

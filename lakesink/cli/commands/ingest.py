@@ -71,6 +71,15 @@ def add_parser(commands: Subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=ABOUT + EXIT_CODES + ".",
     )
+    _add_place_options(parser)
+    _add_batch_options(parser)
+    _add_commit_options(parser)
+    add_spark_options(parser, remote=False)
+    parser.set_defaults(func=_ingest)
+
+
+def _add_place_options(parser: argparse.ArgumentParser) -> None:
+    """What the job reads, and where its tables and query state live."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--landing", help="folder new files arrive in")
     source.add_argument(
@@ -87,6 +96,10 @@ def add_parser(commands: Subparsers) -> None:
     parser.add_argument(
         "--job-id", default="ingest", help="query name, and its folder in --state (default: ingest)"
     )
+
+
+def _add_batch_options(parser: argparse.ArgumentParser) -> None:
+    """How records become micro-batches, and when."""
     parser.add_argument(
         "--format",
         default="json",
@@ -120,6 +133,10 @@ def add_parser(commands: Subparsers) -> None:
         metavar="M",
         help="with --follow, start a micro-batch every M seconds (default 30)",
     )
+
+
+def _add_commit_options(parser: argparse.ArgumentParser) -> None:
+    """How a batch is checked, committed and reported."""
     parser.add_argument("--journal", help="journal table (default: beside the table)")
     parser.add_argument(
         "--commit",
@@ -155,8 +172,6 @@ def add_parser(commands: Subparsers) -> None:
         help="after every batch, push the tables' metrics to this Prometheus Pushgateway "
         "(job label lakesink_<job id>)",
     )
-    add_spark_options(parser, remote=False)
-    parser.set_defaults(func=_ingest)
 
 
 def _ingest(args: argparse.Namespace, out: Output) -> int:
