@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakesink.core import TxnState
-from lakesink.errors import UnknownCheckpointError
+from lakesink.errors import ConfigurationError, UnknownCheckpointError
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import cut_version
 from lakesink.tables.deltars import read_sink_table_log
-from lakesink.tables.format import published_path
+from lakesink.tables.format import PUBLISHED_PROPERTY, published_path
 from lakesink.tables.history import first_versions, read_history
 from lakesink.tables.journal import TransactionStatus
+from lakesink.tables.restores import restored_statuses
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from lakesink.ops.vacuum_report import VacuumReport
     from lakesink.spark.validation import ValidationGate
     from lakesink.tables.format import CommitMode
+    from lakesink.tables.published import PublishedTable
 
 __all__ = ["Checkpoint", "Table"]
 
@@ -63,6 +65,8 @@ class Checkpoint:
             commits), for reading the table as of this checkpoint; None until committed,
             or when the commit is older than the table's history.
         vacuumed: Every aborted transaction of it was removed by the vacuum.
+        restored: It was committed, then a ``RESTORE`` took the table back to before its
+            commit: its rows are gone (its state is then ``aborted``).
         transactions: Each transaction, as folded from the journal.
     """
 
@@ -72,6 +76,7 @@ class Checkpoint:
     version: int | None
     vacuumed: bool
     transactions: tuple[TransactionStatus, ...]
+    restored: bool = False
 
 
 class Table:
@@ -118,8 +123,12 @@ class Table:
     def checkpoints(self) -> list[Checkpoint]:
         """Every checkpoint the journal knows, oldest first."""
         status = self.status()
-        everything = [*status.committed, *status.pending, *status.held, *status.aborted]
-        versions = _publishing_versions(self.path)
+        history = read_history(self.path)
+        # A commit a RESTORE undid shows as it is now, journaled or not yet.
+        everything = restored_statuses(
+            [*status.committed, *status.pending, *status.held, *status.aborted], history
+        )
+        versions = first_versions(history, "commit")
         by_id: dict[int, list[TransactionStatus]] = {}
         for txn in everything:
             by_id.setdefault(txn.checkpoint_id, []).append(txn)
@@ -226,6 +235,26 @@ class Table:
 
         return revalidate_checkpoint(spark, self.path, checkpoint_id, gate)
 
+    def publish(self) -> PublishedTable:
+        """Bring its published table up to its newest version now (``lakesink publish``):
+        after a change of your own (a DELETE, UPDATE, MERGE, RESTORE, OPTIMIZE, REORG or
+        VACUUM), which lakesink otherwise takes at its next commit or vacuum. No Spark.
+
+        Raises:
+            ConfigurationError: It keeps no published table (``lakesink.published``).
+            CommitFailedError: Other updates of it kept landing first.
+        """
+        from lakesink.tables.published import publish
+
+        found, _ = read_sink_table_log(self.path)
+        if not found.published:
+            raise ConfigurationError(
+                f"the table at {self.path} keeps no published table ({PUBLISHED_PROPERTY} = "
+                f"false); keep one: ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES "
+                f"('{PUBLISHED_PROPERTY}' = 'true')"
+            )
+        return publish(self.path)
+
     def vacuum(self, spark: SparkSession, *, dry_run: bool = False, **options: Any) -> VacuumReport:
         """Remove aborted and expired rows, then their files: ``lakesink.ops.vacuum.vacuum``
         with its defaults, as ``lakesink vacuum`` runs it.
@@ -297,15 +326,10 @@ def _checkpoint(
             else None
         ),
         vacuumed=bool(aborted) and all(t.vacuumed for t in aborted),
+        restored=any(t.restored for t in transactions),
         transactions=tuple(sorted(transactions, key=lambda t: t.opened_at)),
     )
 
 
 def _rank(state: TxnState) -> int:
     return state.rank
-
-
-def _publishing_versions(path: str) -> dict[str, int]:
-    """Per transaction, the first Delta version whose lakesink commit made rows of it
-    visible, from the table's history."""
-    return first_versions(read_history(path), "commit")

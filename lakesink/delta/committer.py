@@ -37,7 +37,7 @@ from typing import Any
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from lakesink.delta.publish import pending_files, publish, release
+from lakesink.delta.publish import pending_files, publish, release, vectors_in
 from lakesink.errors import CommitFailedError, CommitStateUnknownError
 from lakesink.spark.settings import (
     MERGE_SETTINGS,
@@ -47,16 +47,19 @@ from lakesink.spark.settings import (
     is_conflict,
     labelled,
     retry_on_conflict,
+    session_commit_metadata,
     session_conf,
 )
 from lakesink.spark.sql import delta_path, quote_identifier
 from lakesink.storage.access import access_error
+from lakesink.tables.commits import SPARK_ONLY_FEATURES
 from lakesink.tables.deltars import delta_table
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     PENDING,
     VISIBLE,
     CommitMode,
+    RowFilter,
     check_commit_mode,
     commit_metadata,
     pending_txn_rows,
@@ -72,6 +75,7 @@ __all__ = [
     "MergeCommitter",
     "MetadataCommitter",
     "committer",
+    "delete_masked",
 ]
 
 log = logging.getLogger(__name__)
@@ -176,7 +180,7 @@ class MergeCommitter(Committer):
                     return inserted
                 app, landed = _merge_app(table, c)
                 if landed:
-                    release(c.table, c.txn_id, c.operation("release"))
+                    self._release(c, table)
                     return inserted
                 merged = retry_on_conflict(
                     functools.partial(self._merge, c, table, app),
@@ -200,6 +204,20 @@ class MergeCommitter(Committer):
             ) from exc
         raise CommitFailedError(
             f"{c.what}: another commit of it kept landing first; it stays pending: commit again"
+        )
+
+    def _release(self, c: Committable, table: DeltaTable) -> None:
+        """Drop the transaction's pending files, now that its rows are in: by delta-rs, or
+        by a DELETE of its partition where delta-rs cannot commit to the table, or where a
+        pending file carries a deletion vector (a user's DELETE reached it), which
+        delta-rs' removal, carrying none, would leave live."""
+        features = set(table.protocol().writer_features or []) & SPARK_ONLY_FEATURES
+        if not features and not vectors_in(table, c.txn_id):
+            release(c.table, c.txn_id, c.operation("release"))
+            return
+        metadata = json.dumps(c.operation("release"), sort_keys=True)
+        delete_masked(
+            self.spark, c.table, pending_txn_rows(c.txn_id), metadata, what=c.what, retry=self.retry
         )
 
     def _merge(self, c: Committable, table: DeltaTable, app: str) -> int | None:
@@ -263,13 +281,24 @@ def _merge_app(table: DeltaTable, c: Committable) -> tuple[str, bool]:
 
 class MetadataCommitter(Committer):
     """Publishes by moving the transaction's files into the committed partition (delta-rs), reading
-    and writing no row."""
+    and writing no row.
+
+    A transaction whose pending files a user's DELETE, UPDATE or MERGE gave deletion vectors
+    is published by ``merge`` instead: delta-rs moves no file with its vector.
+    """
+
+    def __init__(self, merge: MergeCommitter) -> None:
+        self.merge = merge
 
     def commit(self, committable: Committable, *, on_retry: OnRetry | None = None) -> int:
         c = committable
         try:
+            table = delta_table(c.table)
+            if vectors_in(table, c.txn_id):
+                log.info("%s: its pending files carry deletion vectors; by MERGE", c.what)
+                return self.merge.commit(c, on_retry=on_retry)
             app = writer_app_id(c.sink_id, c.writer_id, commit=True)
-            newest = delta_table(c.table).transaction_version(app)
+            newest = table.transaction_version(app)
             if newest is not None and newest > c.checkpoint_id:  # out of order: its own id
                 app = f"{app}/{c.txn_id}"
             return publish(
@@ -284,6 +313,35 @@ class MetadataCommitter(Committer):
                 f"({exc!r}); it may or may not have landed: it stays pending, and the next "
                 "commit (idempotent) settles it"
             ) from exc
+
+
+def delete_masked(
+    spark: SparkSession,
+    path: str,
+    rows: RowFilter,
+    metadata: str,
+    *,
+    what: str,
+    retry: CommitRetry | None = None,
+) -> int:
+    """DELETE the rows of pending transactions ``rows`` selects (``pending_txn_rows``: masked
+    rows only, whatever a caller's journal said) from the sink table at ``path``, tagged
+    with ``metadata``; return how many went. Retried on write conflicts (idempotent: a
+    retry deletes what is still there, which may be nothing).
+
+    On partition columns only, Delta drops the partitions' files whole, from the log,
+    without reading a row, and conflict-checks only them.
+    """
+    statement = f"DELETE FROM {delta_path(path)} WHERE {rows.sql()}"
+
+    def run() -> int:
+        with session_commit_metadata(spark, metadata):
+            result = spark.sql(statement).first()
+        # Delta 4.4 answers one row, num_affected_rows (older docs say num_deleted_rows).
+        metrics = result.asDict() if result else {}
+        return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
+
+    return retry_on_conflict(run, retry=retry or CommitRetry(), what=f"{what}: DELETE")
 
 
 def _raise_if_refused(error: Exception, table: str) -> None:
@@ -302,6 +360,5 @@ def committer(
     Raises:
         ConfigurationError: An unknown mode.
     """
-    if check_commit_mode(mode) == "merge":
-        return MergeCommitter(spark, retry=retry)
-    return MetadataCommitter()
+    merge = MergeCommitter(spark, retry=retry)
+    return merge if check_commit_mode(mode) == "merge" else MetadataCommitter(merge)

@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesink.core import TxnState
-from lakesink.tables.journal import VACUUMED_PREFIX
+from lakesink.tables.journal import RESTORED_PREFIX, VACUUMED_PREFIX
 
 __all__ = ["fold", "journal_events"]
 
@@ -27,13 +27,17 @@ def fold(events: DataFrame) -> DataFrame:
 
     Columns: ``sink_id, txn_id, checkpoint_id, writer_id, state, opened_at, updated_at,
     pre_committed_at, committed_at, aborted_at, held_at, row_count, attempts, states,
-    vacuumed, last_error, last_validation``.
+    vacuumed, restored, last_error, last_validation``.
     """
     rank = F.create_map(*[F.lit(x) for s in TxnState for x in (s.value, s.rank)])
     state, at = F.col("state"), F.col("event_time")
 
     def first_time(of: TxnState) -> Column:
         return F.min(F.when(state == of.value, at))
+
+    def aborted_as(prefix: str) -> Column:
+        detail = F.coalesce(F.col("detail"), F.lit(""))
+        return F.bool_or((state == TxnState.ABORTED.value) & detail.startswith(prefix))
 
     def latest(column: str) -> Column:
         return F.max_by(column, F.when(F.col(column).isNotNull(), at))
@@ -51,10 +55,8 @@ def fold(events: DataFrame) -> DataFrame:
         F.max("row_count").alias("row_count"),
         F.max("attempt").alias("attempts"),
         F.collect_set("state").alias("states"),
-        F.bool_or(
-            (state == TxnState.ABORTED.value)
-            & F.coalesce(F.col("detail"), F.lit("")).startswith(VACUUMED_PREFIX)
-        ).alias("vacuumed"),
+        aborted_as(VACUUMED_PREFIX).alias("vacuumed"),
+        aborted_as(RESTORED_PREFIX).alias("restored"),
         latest("error").alias("last_error"),
         latest("validation").alias("last_validation"),
     )

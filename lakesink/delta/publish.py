@@ -43,8 +43,10 @@ whose files sit in no partition's folder, is refused when it is opened.
 What it trades against the MERGE: ``RESTORE`` to a version before a publish brings the
 files back to their pending paths only if those still exist; the change data feed shows
 each row deleted as masked and inserted as visible; delta-rs cannot write a table with row
-tracking, deletion vectors, domain metadata or in-commit timestamps (such a table is
-refused).
+tracking, domain metadata or in-commit timestamps (such a table is refused, naming the
+property and the way out). A pending file that a user's ``DELETE`` gave a deletion vector
+cannot be moved by delta-rs, whose actions carry none: such a transaction is committed by
+the MERGE instead (``lakesink.delta.committer``).
 """
 
 from __future__ import annotations
@@ -65,18 +67,38 @@ from deltalake.transaction import AddAction, RemoveAction
 from lakesink.errors import CommitFailedError, ConfigurationError
 from lakesink.storage.files import place_file
 from lakesink.storage.location import join
-from lakesink.tables.commits import commit
+from lakesink.tables.commits import SPARK_ONLY_FEATURES, commit
+from lakesink.tables.deletions import has_deletion_vectors, kept_rows
 from lakesink.tables.deltars import delta_table
-from lakesink.tables.format import PENDING, PUBLISHED_FOLDER, VISIBLE, pending_txn_rows
+from lakesink.tables.format import (
+    COMMIT_MODE_PROPERTY,
+    PENDING,
+    PUBLISHED_FOLDER,
+    VISIBLE,
+    pending_txn_rows,
+)
 
-__all__ = ["check_partition_types", "check_publishable", "pending_files", "publish", "release"]
+__all__ = [
+    "SESSION_DEFAULTS",
+    "check_defaults_publishable",
+    "check_partition_types",
+    "check_publishable",
+    "pending_files",
+    "publish",
+    "refused_for_metadata",
+    "release",
+    "vectors_in",
+]
 
 log = logging.getLogger(__name__)
 
 # Attempts before giving up: each is needed only when another commit raced the last one.
 PUBLISH_ROUNDS = 10
-# Writer features a delta-rs commit cannot keep (it would refuse or drop them).
-_UNWRITABLE = ("rowTracking", "domainMetadata", "inCommitTimestamp", "deletionVectors")
+# The table property that turns each feature delta-rs cannot write on.
+_FEATURE_PROPERTIES = {
+    "rowTracking": "delta.enableRowTracking",
+    "inCommitTimestamp": "delta.enableInCommitTimestamps",
+}
 # Types (Arrow's names and Spark's) whose partition values delta-rs hands back in a form
 # that turns back into Delta's own string exactly.
 _EXACT_PARTITION_TYPES = frozenset(
@@ -88,22 +110,76 @@ _EXACT_PARTITION_TYPES = frozenset(
 )
 
 
-def check_publishable(path: str) -> None:
-    """Refuse a table whose publish delta-rs could not write exactly.
+def check_publishable(table: DeltaTable, path: str) -> None:
+    """Refuse a table (read as ``table``) whose publish delta-rs could not write exactly.
 
     Raises:
         ConfigurationError: The table uses a writer feature delta-rs does not write, or a
             partition column of a type ``check_partition_types`` refuses.
     """
-    table = delta_table(path)
-    found = sorted(set(table.protocol().writer_features or []) & set(_UNWRITABLE))
+    found = sorted(set(table.protocol().writer_features or []) & SPARK_ONLY_FEATURES)
     if found:
-        raise ConfigurationError(
-            f"the table at {path} uses {', '.join(found)}, which the metadata commit "
-            "(written by delta-rs) cannot keep; use the default commit='merge'"
-        )
+        raise refused_for_metadata(path, found)
     types = {f.name: str(f.type) for f in pa.schema(table.schema().to_arrow())}
     check_partition_types(path, {c: types[c] for c in table.metadata().partition_columns})
+
+
+def refused_for_metadata(path: str, features: Sequence[str]) -> ConfigurationError:
+    """What to raise for a table committed by metadata that uses ``features``, which
+    delta-rs cannot write: which properties turned them on, and how to go on."""
+    named = ", ".join(
+        f"{f} ({_FEATURE_PROPERTIES[f]} = true)" if f in _FEATURE_PROPERTIES else f
+        for f in features
+    )
+    return ConfigurationError(
+        f"the table at {path} uses {named}, which the metadata commit (written by "
+        "delta-rs) cannot write; commit it by MERGE: ALTER TABLE "
+        f"delta.`{path}` SET TBLPROPERTIES ('{COMMIT_MODE_PROPERTY}' = 'merge'), "
+        "then start its writers with commit='merge'"
+    )
+
+
+# Where a session turns a property on for every new table (Delta's
+# spark.databricks.delta.properties.defaults.<name> gives a new table delta.<name>).
+SESSION_DEFAULTS = "spark.databricks.delta.properties.defaults."
+
+
+def check_defaults_publishable(path: str, defaults: Mapping[str, str]) -> None:
+    """Refuse to create a table committed by metadata that the session's defaults for new
+    tables (``defaults``: each table property they set) would give a feature delta-rs
+    cannot write.
+
+    Raises:
+        ConfigurationError: Naming each default and the ways out.
+    """
+    on = {
+        prop: value
+        for prop, value in defaults.items()
+        if (prop in _FEATURE_PROPERTIES.values() and value.lower() == "true")
+        or (
+            prop.startswith("delta.feature.")
+            and prop.removeprefix("delta.feature.") in SPARK_ONLY_FEATURES
+        )
+    }
+    if on:
+        named = ", ".join(
+            f"{SESSION_DEFAULTS}{p.removeprefix('delta.')} = {v}" for p, v in on.items()
+        )
+        raise ConfigurationError(
+            f"this session's defaults for new tables ({named}) would create the table at "
+            f"{path} with a feature the metadata commit (written by delta-rs) cannot write; "
+            "nothing was created: give the sink commit='merge', or unset the default for "
+            "this session (spark.conf.unset(...))"
+        )
+
+
+def vectors_in(table: DeltaTable, txn_id: str) -> int:
+    """How many pending files of transaction ``txn_id`` carry a deletion vector (a user's
+    DELETE, UPDATE or MERGE that reached its pending rows)."""
+    if not has_deletion_vectors(table):
+        return 0
+    folder = f"{VISIBLE}=false/{PENDING}={txn_id}/"
+    return sum(name.startswith(folder) for name in kept_rows(table))
 
 
 def check_partition_types(path: str, types: Mapping[str, str]) -> None:
@@ -150,6 +226,11 @@ def publish(
         files = pending_files(table, txn_id)
         if not files and not revived:
             return rows
+        if vectors_in(table, txn_id):  # a DELETE reached its rows since the committer looked
+            raise CommitFailedError(
+                f"a pending file of transaction {txn_id} of {path} gained a deletion vector "
+                "while it was published; it stays pending: commit again (by MERGE, then)"
+            )
         actions: list[AddAction | RemoveAction] = [_removal(copy, visible=True) for copy in revived]
         published: dict[str, dict[str, Any]] = {}
         for file in files:

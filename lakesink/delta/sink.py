@@ -60,7 +60,11 @@ from lakesink.core import (
 )
 from lakesink.delta.committer import Committable, Committer, committer
 from lakesink.delta.options import SinkOptions, sink_options, view_name_for
-from lakesink.delta.publish import check_partition_types, check_publishable
+from lakesink.delta.publish import (
+    check_partition_types,
+    check_publishable,
+    refused_for_metadata,
+)
 from lakesink.delta.table import (
     check_columns,
     check_partition_columns,
@@ -68,7 +72,12 @@ from lakesink.delta.table import (
     ensure_sink_table,
     spark_schema,
 )
-from lakesink.delta.writer import add_staged, remove_staging_log, write_staged
+from lakesink.delta.writer import (
+    add_staged,
+    append_through_spark,
+    remove_staging_log,
+    write_staged,
+)
 from lakesink.errors import (
     CommitStateUnknownError,
     ConfigurationError,
@@ -96,8 +105,9 @@ from lakesink.storage.access import translated
 from lakesink.storage.lease import writer_lock
 from lakesink.storage.location import name as location_name
 from lakesink.storage.location import normalize
+from lakesink.tables.commits import SPARK_ONLY_FEATURES, unwritable_features
 from lakesink.tables.cuts import DeltaCutStore, cuts_path, view_cut
-from lakesink.tables.deltars import has_sink_history
+from lakesink.tables.deltars import delta_table, has_sink_history
 from lakesink.tables.format import (
     CHECKPOINT_ID,
     SinkTable,
@@ -205,6 +215,9 @@ class DeltaSink(TwoPhaseCommitSink[Committable, DataFrame]):
                     check_partition_types(self.path, {c: types[c] for c in options.partition_by})
         self._step_hook = current_step_hook()  # a test's fault injection, else none
         self._committer: Committer | None = None  # the table's mode's, once it is open
+        # Whether appends go through Spark's own Delta write (the table has a feature
+        # delta-rs cannot commit to: lakesink.delta.writer), decided when it is open.
+        self._through_spark = False
         # Two live processes as one writer would journal each other's transactions as
         # lingering and abort them. The lock (a lease on object storage) is hidden from
         # Delta by its leading underscore.
@@ -339,8 +352,18 @@ class DeltaSink(TwoPhaseCommitSink[Committable, DataFrame]):
                 published=self.options.published,
             )
             self.schema = spark_schema(self._table)
+            table = delta_table(self.path)
             if self._table.commit_mode == "metadata":
-                check_publishable(self.path)
+                check_publishable(table, self.path)
+            features = set(table.protocol().writer_features or []) & SPARK_ONLY_FEATURES
+            self._through_spark = bool(features)
+            if features:
+                log.info(
+                    "%s: the table uses %s, which delta-rs cannot commit to: appending "
+                    "through Spark",
+                    self.name,
+                    ", ".join(sorted(features)),
+                )
             self._committer = committer(
                 self._table.commit_mode, self.spark, retry=self.options.commit_retry
             )
@@ -445,15 +468,10 @@ class DeltaSink(TwoPhaseCommitSink[Committable, DataFrame]):
                     with labelled(
                         frame.sparkSession, self.sink_id, transaction.checkpoint_id, "pre-commit"
                     ):
-                        write_staged(frame, self.sink_table, transaction.txn_id)
-                    staged = add_staged(
-                        self.sink_table, transaction.txn_id, json.loads(metadata), txn
-                    )
+                        rows = self._write(frame, transaction, metadata, txn, first=step == 1)
                     self._step("after_append", transaction)
                     progress.rows = (
-                        None
-                        if progress.rows is None or staged.rows is None
-                        else progress.rows + staged.rows
+                        None if progress.rows is None or rows is None else progress.rows + rows
                     )
                     break
                 except Exception as exc:
@@ -466,12 +484,51 @@ class DeltaSink(TwoPhaseCommitSink[Committable, DataFrame]):
                         )
                         progress.rows = None  # counted in the table at the pre-commit
                         break
+                    self._through_spark_if_refused(exc)
                     if attempt == APPEND_ATTEMPTS:
                         progress.failure = repr(exc)
                         raise
         finally:  # its files are the table's now, or in no version of it
             remove_staging_log(self.path, transaction.txn_id)
         progress.appends = step
+
+    def _write(
+        self,
+        frame: DataFrame,
+        transaction: Committable,
+        metadata: str,
+        txn: list[tuple[str, int]],
+        *,
+        first: bool,
+    ) -> int | None:
+        """One append of the transaction's rows (``lakesink.delta.writer``); its rows.
+
+        Delta's own idempotent write (through Spark) records the writer's checkpoint at its
+        first append only: it would skip a second append of the same version.
+        """
+        if self._through_spark:
+            return append_through_spark(
+                frame, self.sink_table, transaction.txn_id, metadata, txn if first else []
+            )
+        write_staged(frame, self.sink_table, transaction.txn_id)
+        return add_staged(self.sink_table, transaction.txn_id, json.loads(metadata), txn).rows
+
+    def _through_spark_if_refused(self, error: Exception) -> None:
+        """After delta-rs refused to commit to the table for a feature it cannot write (one
+        turned on while the sink ran), append through Spark from then on; a table committed
+        by metadata cannot be written at all then: say so, and how to go on."""
+        features = unwritable_features(error)
+        if not features:
+            return
+        if self.sink_table.commit_mode == "metadata":
+            raise refused_for_metadata(self.path, features) from error
+        log.warning(
+            "%s: the table now uses %s, which delta-rs cannot commit to; appending through "
+            "Spark from now on",
+            self.name,
+            ", ".join(features),
+        )
+        self._through_spark = True
 
     def _pre_commit(self, transaction: Committable) -> PreCommit[Committable]:
         progress = self._live(transaction)

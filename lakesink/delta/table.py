@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 
+from lakesink.delta.publish import SESSION_DEFAULTS, check_defaults_publishable
 from lakesink.errors import (
     ConfigurationError,
     ReservedColumnError,
@@ -36,6 +37,7 @@ from lakesink.tables.format import (
     JOURNAL_SCHEMA,
     LAKESINK_PARTITIONS,
     PARTITION_VALUES_IN_FILES,
+    PINNED,
     PUBLISHED_PROPERTY,
     SINK_ID_PROPERTY,
     TABLE_FORMAT,
@@ -189,9 +191,28 @@ def _check_settings(
 
 def _create(spark: SparkSession, table: SinkTable, schema: StructType) -> None:
     """Create the sink table ``table`` describes (its user columns: ``schema``), after its
-    journal."""
+    journal.
+
+    The session's defaults for new tables (a platform's: deletion vectors, row tracking,
+    ...) apply to it, but for those no lakesink table takes (``PINNED``): those it is
+    created without, said in a warning. A table committed by metadata that the defaults
+    would give a feature delta-rs cannot write is refused before anything is made.
+    """
     path = table.path
     check_partition_columns(table.partition_by, schema)
+    defaults = session_defaults(spark)
+    if table.commit_mode == "metadata":
+        check_defaults_publishable(path, defaults)
+    pinned = {
+        name: plain for name, plain in PINNED.items() if defaults.get(name, plain).lower() != plain
+    }
+    if pinned:
+        log.warning(
+            "%s: created with %s despite this session's defaults: a lakesink table keeps "
+            "its files in its partitions' folders, where its published table names them",
+            path,
+            ", ".join(f"{name} = {value}" for name, value in pinned.items()),
+        )
     if check_new_folder(path, "the sink's table") and is_uri(path):
         # Delta's createIfNotExists takes a folder that lists anything for a table. A store
         # that keeps emptied folders (SeaweedFS) still lists _delta_log/ once its objects
@@ -218,6 +239,7 @@ def _create(spark: SparkSession, table: SinkTable, schema: StructType) -> None:
         # then conflict and start again (lakesink.delta.publish); lakesink compacts
         # committed rows only.
         "delta.autoOptimize.autoCompact": "false",
+        **pinned,
     }
     # SQL rather than DeltaTable's builder: a Spark Connect server runs it without Delta's
     # own Connect plug-in.
@@ -231,6 +253,16 @@ def _create(spark: SparkSession, table: SinkTable, schema: StructType) -> None:
         f"PARTITIONED BY ({partitions}) TBLPROPERTIES ({settings})"
     )
     log.info("created lakesink table %s for sink %r", path, table.sink_id)
+
+
+def session_defaults(spark: SparkSession) -> dict[str, str]:
+    """The table properties this session gives every new Delta table (Delta's
+    ``spark.databricks.delta.properties.defaults.*``), by property name (``delta.*``)."""
+    return {
+        f"delta.{key.removeprefix(SESSION_DEFAULTS)}": value
+        for key, value in spark.conf.getAll.items()
+        if key.startswith(SESSION_DEFAULTS)
+    }
 
 
 def _evolve(spark: SparkSession, table: SinkTable, schema: StructType, merge: bool) -> SinkTable:

@@ -26,18 +26,27 @@ Failure scenarios:
 3. The sink commit's answer is lost: the caller finds the append in the sink's newest
    versions by its ``userMetadata`` and does not send it again.
 4. A crash after the sink's commit, before the staging log is removed: as in 1, for the log.
+
+A table with a feature delta-rs cannot commit to (row tracking, in-commit timestamps:
+``SPARK_ONLY_FEATURES``), which platforms turn on for every new table, is appended to by
+Spark itself instead (``append_through_spark``): a partitioned append into the sink table,
+its first append of a checkpoint made idempotent by Delta's own ``txnAppId``/``txnVersion``
+(the writer, the checkpoint id), each found in the log by its ``userMetadata`` if its
+answer is lost, as above.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from lakesink.spark.settings import WRITE_SETTINGS, session_conf
 from lakesink.spark.sql import quote_identifier
@@ -45,12 +54,13 @@ from lakesink.storage.files import has_files, remove_folder, subfolder_names
 from lakesink.storage.location import join
 from lakesink.tables.commits import Landed, commit
 from lakesink.tables.deltars import delta_table
-from lakesink.tables.format import PARTITION_VALUES_IN_FILES, PENDING, VISIBLE, SinkTable
-from lakesink.tables.history import commit_actions, table_version
+from lakesink.tables.format import PARTITION_VALUES_IN_FILES, PENDING, PINNED, VISIBLE, SinkTable
+from lakesink.tables.history import commit_actions, commit_rows, find_commit, table_version
 
 __all__ = [
     "Staged",
     "add_staged",
+    "append_through_spark",
     "pending_folder",
     "remove_staging_log",
     "staging_logs",
@@ -68,6 +78,17 @@ _CARRIED = (
     "delta.dataSkippingStatsColumns",
 )
 STAGING_LOG = "_delta_log"
+# What the staging table is made with, whatever the session's defaults for new tables (a
+# platform's): its files become the sink table's as they are, so they hold the columns by
+# their own names (no column mapping) in the partition's folder (no random prefixes), and
+# the staging table, dropped after one commit, carries no feature a write would pay for.
+_STAGING = {
+    **PINNED,
+    "delta.enableDeletionVectors": "false",
+    "delta.enableRowTracking": "false",
+    "delta.enableInCommitTimestamps": "false",
+    "delta.enableChangeDataFeed": "false",
+}
 
 
 def pending_folder(table_path: str, txn_id: str) -> str:
@@ -79,7 +100,7 @@ def write_staged(frame: DataFrame, table: SinkTable, txn_id: str) -> None:
     """Write ``frame`` (the table's user columns, and any hidden one it should carry) as a
     new version of the transaction's staging table, with the sink table's constraints and
     a ``NOT NULL`` check for each of its required columns."""
-    options = {k: v for k, v in table.properties.items() if k.startswith(_CARRIED)}
+    options = {**_STAGING, **{k: v for k, v in table.properties.items() if k.startswith(_CARRIED)}}
     for field in table.fields:
         if not field["nullable"]:  # a table made from a DataFrame takes every column nullable
             options[f"delta.constraints.lakesink_not_null_{field['name']}"] = (
@@ -140,6 +161,35 @@ def add_staged(
         table.path, delta_table(table.path), actions, metadata, transactions=transactions
     )
     return Staged(landed, rows)
+
+
+def append_through_spark(
+    frame: DataFrame,
+    table: SinkTable,
+    txn_id: str,
+    user_metadata: str,
+    transactions: Sequence[tuple[str, int]],
+) -> int | None:
+    """Append ``frame`` into the transaction's pending partition of the sink table with
+    Spark's own Delta write; return its rows (None if its commit does not say).
+
+    ``transactions``: at most one (app id, version), recorded by Delta's idempotent write,
+    which skips the append if that version is not above the one recorded: give it only for
+    a version new to its app id (a checkpoint's first append).
+    """
+    framed = frame.select(
+        F.lit(False).alias(VISIBLE),
+        F.lit(txn_id).alias(PENDING),
+        *[F.col(quote_identifier(name)) for name in frame.columns],
+    )
+    writer = framed.write.format("delta").mode("append").option("userMetadata", user_metadata)
+    for app_id, version in transactions:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", version)
+    sent_ms = time.time_ns() // 1_000_000
+    with session_conf(frame.sparkSession, WRITE_SETTINGS):
+        writer.save(table.path)
+    landed = find_commit(table.path, user_metadata, since_ms=sent_ms)
+    return None if landed is None else commit_rows(table.path, landed)
 
 
 def remove_staging_log(table_path: str, txn_id: str) -> None:

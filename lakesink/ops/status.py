@@ -59,6 +59,7 @@ class SinkStatus:
                 "last_error": status.last_error,
                 "validation": _summary(status.last_validation),
                 "vacuumed": status.vacuumed,  # its rows are gone from the table
+                "restored": status.restored,  # committed, then undone by a RESTORE
             }
 
         published = self.published
@@ -74,6 +75,7 @@ class SinkStatus:
                 "version": published.version,
                 "table_version": published.sink_version,
                 "versions_behind": published.behind,
+                "gone_files": list(published.gone),
             },
             "last_committed_checkpoint": self.last_committed_checkpoint,
             "committed_rows": self.committed_rows,

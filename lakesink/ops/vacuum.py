@@ -25,7 +25,9 @@ Plan, then execute (a dry run is the plan alone, reported the same way):
    partition and of the journal, which gain a small file per checkpoint. The logs of
    staging tables that appends cut short left in finished transactions' pending folders
    are removed (``lakesink.delta.writer``).
-5. The published table is brought up to date (``lakesink.tables.published``).
+5. The published table is brought up to date (``lakesink.tables.published``), and its
+   purged copies of files with deletion vectors that no version a reader may read names
+   are removed (the retention below).
 6. Delta VACUUM (``lakesink.delta.vacuum``) with a safe retention removes the files those
    deletes (and earlier ones) and the compaction left behind: ``VACUUM ... DRY RUN`` lists
    and sizes them, then VACUUM runs for real. The retention is stretched, when needed, so
@@ -50,7 +52,7 @@ from urllib.parse import unquote
 from pyspark.sql import SparkSession
 
 from lakesink.core import Clock, SystemClock, TxnState
-from lakesink.delta.committer import Committable, committer
+from lakesink.delta.committer import Committable, committer, delete_masked
 from lakesink.delta.table import read_sink_table
 from lakesink.delta.vacuum import local_listing, retention, run_vacuum
 from lakesink.delta.writer import remove_staging_log, staging_logs
@@ -62,10 +64,7 @@ from lakesink.ops.expiry import age_text, check_expiry, expired_open, journal_ex
 from lakesink.ops.metrics import MetricsExport, vacuum_run_metrics
 from lakesink.ops.vacuum_report import VacuumedTransaction, VacuumReport
 from lakesink.spark.settings import (
-    CommitRetry,
     labelled,
-    retry_on_conflict,
-    session_commit_metadata,
 )
 from lakesink.spark.sql import delta_path
 from lakesink.storage.location import normalize
@@ -77,13 +76,14 @@ from lakesink.tables.format import (
     commit_metadata,
     pending_txn_rows,
 )
-from lakesink.tables.history import commit_time
+from lakesink.tables.history import commit_time, read_history
 from lakesink.tables.journal import (
     VACUUMED_PREFIX,
     Journal,
     TransactionStatus,
 )
-from lakesink.tables.published import oldest_shown, publish
+from lakesink.tables.published import oldest_shown, publish, remove_unread_copies
+from lakesink.tables.restores import journal_restores, restored_statuses
 
 __all__ = [
     "VacuumPlan",
@@ -124,6 +124,8 @@ class VacuumPlan:
         published: Whether lakesink keeps the table's published table.
         staging_logs: Finished transactions whose pending folder still holds the log of an
             append's staging table (``lakesink.delta.writer``, scenarios 1 and 4): removed.
+        restored: Committed transactions whose commit a user's RESTORE undid, not journaled
+            so yet (``lakesink.tables.restores``): journaled, then removed as aborted ones.
     """
 
     table_path: str
@@ -143,6 +145,7 @@ class VacuumPlan:
     commit_mode: CommitMode = "merge"
     published: bool = True
     staging_logs: tuple[str, ...] = ()
+    restored: tuple[TransactionStatus, ...] = ()
 
 
 def vacuum(
@@ -254,7 +257,7 @@ def plan_vacuum(
     journal = Journal(journal_at, create=False)
     now = datetime.fromtimestamp((clock or SystemClock()).millis() / 1000, tz=timezone.utc)
     hours = _protected(path, table.sink_id, table.journal_path, hours, now)
-    statuses = journal.transactions(sink_id, table_path=path)
+    statuses, restored = _with_restores(path, journal.transactions(sink_id, table_path=path))
     expired, targets, skipped, already = _candidates(
         statuses, path, sink_id, now, expire_open_after
     )
@@ -276,6 +279,7 @@ def plan_vacuum(
         commit_mode=table.commit_mode,
         published=table.published,
         staging_logs=_staging_logs(path, statuses),
+        restored=tuple(restored),
         compaction=(
             _compaction(path, journal.path, compact_min_files, masked, expired, targets)
             if compact
@@ -289,6 +293,8 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     journal = Journal(plan.journal_path, create=False)
     prefix = f"vacuum {plan.table_path}"
     targets, skipped = list(plan.targets), list(plan.skipped_txn_ids)
+    if plan.restored:  # first, so that nothing ever commits them again
+        journal_restores(plan.table_path, journal, plan.restored)
     if plan.expired:
         journal_expired(
             journal, plan.expired, table_path=plan.table_path, now=plan.now, rows=plan.rows
@@ -312,6 +318,7 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
     compacted = run_compaction(spark, list(plan.compaction), sink_id=plan.sink_id)
     if plan.published:
         publish(plan.table_path)
+        remove_unread_copies(plan.table_path, plan.retain_hours)
     files, size = run_vacuum(
         spark, plan.table_path, plan.retain_hours, short=plan.short_retention, dry_run=False
     )
@@ -326,6 +333,22 @@ def execute_vacuum(spark: SparkSession, plan: VacuumPlan) -> VacuumReport:
 
 
 # ------------------------------------------------------------------ internals
+
+
+def _with_restores(
+    path: str, journaled: list[TransactionStatus]
+) -> tuple[list[TransactionStatus], list[TransactionStatus]]:
+    """The journal's statuses, each committed one whose commit a RESTORE undid marked so,
+    and those the journal does not know to be: looked for in the table's history only when
+    a committed transaction's pending partition holds files again (as a RESTORE to before
+    its commit leaves it)."""
+    committed = [s.txn_id for s in journaled if s.state is TxnState.COMMITTED]
+    if not committed or not partition_files(path, PENDING, committed):
+        return journaled, []
+    statuses = restored_statuses(journaled, read_history(path))
+    return statuses, [
+        s for s, j in zip(statuses, journaled, strict=True) if s.restored and not j.restored
+    ]
 
 
 def _candidates(
@@ -440,7 +463,9 @@ def _remove_rows(
         ", ".join(str(c) for c in sorted({s.checkpoint_id for s in targets})),
     )
     metadata = commit_metadata("vacuum", plan.sink_id, txn_ids=sorted(s.txn_id for s in targets))
-    deleted = _delete(spark, plan.table_path, _predicate(targets), metadata, prefix)
+    deleted = delete_masked(
+        spark, plan.table_path, pending_txn_rows(s.txn_id for s in targets), metadata, what=prefix
+    )
     if deleted != rows:  # someone else removed or added some in between
         log.warning("%s: counted %d rows, the DELETE removed %d", prefix, rows, deleted)
     journal.record(
@@ -468,7 +493,8 @@ def _sorted_out(
     for status in sorted(candidates, key=lambda s: (s.checkpoint_id, s.txn_id)):
         # An expired one was open when read: any later state means its writer lives on.
         late = {TxnState.PRE_COMMITTED} if status.txn_id in expired_ids else set()
-        moved_on = status.states & (_DECIDED | late)
+        # One a RESTORE took back was committed, and is aborted now: its rows go.
+        moved_on = set() if status.restored else status.states & (_DECIDED | late)
         if moved_on:
             log.warning(
                 "%s: transaction %s is aborted, yet the journal also shows it %s; "
@@ -606,17 +632,3 @@ def _scan(
     # The log's paths are relative and URL-encoded; VACUUM lists decoded absolute ones.
     files = {f"file:{path}/{unquote(f)}" for p in found.values() for f in p.files}
     return counts, files
-
-
-def _delete(spark: SparkSession, path: str, predicate: str, metadata: str, prefix: str) -> int:
-    statement = f"DELETE FROM {delta_path(path)} WHERE {predicate}"
-
-    def run() -> int:
-        # Idempotent: a retry deletes what is still there, which may be nothing.
-        with session_commit_metadata(spark, metadata):
-            result = spark.sql(statement).first()
-        # Delta 4.4 answers one row, num_affected_rows (older docs say num_deleted_rows).
-        metrics = result.asDict() if result else {}
-        return int(metrics.get("num_affected_rows", metrics.get("num_deleted_rows")) or 0)
-
-    return retry_on_conflict(run, retry=CommitRetry(), what=f"{prefix}: DELETE")

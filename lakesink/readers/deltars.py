@@ -18,10 +18,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from lakesink.errors import ConfigurationError
+from lakesink.storage.access import translated
 from lakesink.storage.location import normalize
 from lakesink.tables.cuts import read_versions
+from lakesink.tables.deletions import has_deletion_vectors
 from lakesink.tables.deltars import arrow_dataset, read_sink_table_log
-from lakesink.tables.format import COMMITTED_ROWS, user_columns
+from lakesink.tables.format import COMMITTED_FILTER, COMMITTED_ROWS, user_columns
 
 __all__ = ["arrow", "committed_dataset"]
 
@@ -30,7 +32,9 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
     """The committed rows of the lakesink table at ``path`` as a lazy ``pyarrow`` dataset.
 
     Only the committed partition's files are in it (hidden columns still are: ``arrow``
-    drops them). ``version`` reads the table as of that Delta version.
+    drops them). ``version`` reads the table as of that Delta version. A table whose files
+    may carry deletion vectors is read at once, the deleted rows left out, into an
+    in-memory dataset.
 
     Raises:
         TableNotFoundError: No lakesink table there (or no such version).
@@ -38,6 +42,11 @@ def committed_dataset(path: str | Path, *, version: int | None = None) -> ds.Dat
     """
     location = normalize(path)
     _, table = read_sink_table_log(location, version=version)
+    if has_deletion_vectors(table):
+        # delta-rs' pyarrow datasets refuse a table whose files may carry deletion vectors
+        # (they would read deleted rows); its own scan drops them, read here whole.
+        with translated(location):
+            return ds.dataset(pa.table(table.scan(predicate=COMMITTED_FILTER)))
     return arrow_dataset(table, location, file_pruning_predicate=COMMITTED_ROWS.partition_filters())
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +29,8 @@ __all__ = [
     "copy_file",
     "create_file",
     "entry_names",
+    "file_exists",
+    "file_times",
     "folder_names",
     "has_files",
     "is_delta_table",
@@ -187,6 +189,25 @@ def entry_names(location: str) -> list[str]:
     return sorted(files + folders)
 
 
+def file_times(location: str) -> dict[str, datetime]:
+    """When each file directly in the folder ``location`` was last written (none if it is
+    absent)."""
+    with translated(location):
+        if not is_uri(location):
+            try:
+                with os.scandir(location) as found:
+                    return {
+                        e.name: datetime.fromtimestamp(e.stat().st_mtime, tz=timezone.utc)
+                        for e in found
+                        if e.is_file()
+                    }
+            except (FileNotFoundError, NotADirectoryError):
+                return {}
+        store, key = object_store(location)
+        listed = store.list_with_delimiter(_prefix(key))
+        return {o["path"].rpartition("/")[2]: o["last_modified"] for o in _contents(listed, key)}
+
+
 def _listing(location: str) -> tuple[list[str], list[str]]:
     """The names of the files, and of the folders, directly in the folder ``location``.
 
@@ -233,6 +254,22 @@ def size_of(location: str) -> int:
 
         store, key = object_store(location)
         return int(head(store, key)["size"])
+
+
+def file_exists(location: str) -> bool:
+    """Whether the file ``location`` exists (local or on an object store)."""
+    with translated(location):
+        if not is_uri(location):
+            return _exists(Path(location))
+        from obstore import head
+        from obstore.exceptions import NotFoundError
+
+        store, key = object_store(location)
+        try:
+            head(store, key)
+        except (FileNotFoundError, NotFoundError):  # obstore raises either for a 404
+            return False
+        return True
 
 
 def copy_file(source: str, target: str) -> None:

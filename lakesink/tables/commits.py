@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 import uuid
 from bisect import bisect_right
@@ -42,7 +43,14 @@ from lakesink.storage.location import join
 from lakesink.tables.deltars import delta_table
 from lakesink.tables.history import commit_actions
 
-__all__ = ["CHECKPOINT_INTERVAL", "Landed", "commit", "updated_checksum"]
+__all__ = [
+    "CHECKPOINT_INTERVAL",
+    "SPARK_ONLY_FEATURES",
+    "Landed",
+    "commit",
+    "unwritable_features",
+    "updated_checksum",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,24 @@ _CARRIED = frozenset(
         "fileSizeHistogram",
     }
 )
+
+
+# Table features delta-rs cannot commit to (it refuses the commit): platforms turn them on
+# for new tables (spark.databricks.delta.properties.defaults.enableRowTracking,
+# ...enableInCommitTimestamps), and Spark writes such tables every day.
+SPARK_ONLY_FEATURES = frozenset({"rowTracking", "domainMetadata", "inCommitTimestamp"})
+# How delta-rs names the features it refuses: "Unsupported table features required: [A, B]".
+_UNSUPPORTED = re.compile(r"[Uu]nsupported table features required: \[([^\]]*)\]")
+
+
+def unwritable_features(error: BaseException) -> list[str]:
+    """The table features a delta-rs commit was refused for (in Delta's own spelling,
+    ``rowTracking``), or [] if it was refused for something else."""
+    found = _UNSUPPORTED.search(str(error))
+    if found is None:
+        return []
+    names = [n.strip() for n in found.group(1).split(",") if n.strip()]
+    return [n[:1].lower() + n[1:] for n in names]
 
 
 @dataclass(frozen=True)

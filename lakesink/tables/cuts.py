@@ -34,7 +34,7 @@ from lakesink.tables.deltars import (
     read_sink_table_log,
 )
 from lakesink.tables.format import CUTS_FORMAT, CUTS_SCHEMA, JOURNAL_FORMAT
-from lakesink.tables.history import table_version
+from lakesink.tables.history import commit_user_metadata, table_version
 
 __all__ = [
     "CUTS_NAME",
@@ -44,6 +44,7 @@ __all__ = [
     "cuts_path",
     "group_cut",
     "newest_cuts",
+    "past_cut",
     "read_versions",
     "versions_at_cut",
     "view_cut",
@@ -177,6 +178,10 @@ def _group_of(sink_id: str, cuts: Mapping[str, Cut]) -> Cut | None:
 def versions_at_cut(tables: Mapping[str, tuple[str, str]]) -> dict[str, int | None]:
     """The version to read each table at: its group's newest cut's, else None (the latest).
 
+    A table's cut version is taken on past the versions after it that publish no
+    checkpoint (``past_cut``): others' changes (a DELETE, an UPDATE, a RESTORE) show at
+    once, as they do in Delta's own read, and the checkpoints shown stay the cut's.
+
     ``tables`` maps each table's location to its sink id and journal. A table in no group
     is read at its latest version; so is one that several groups write (two streaming
     queries into one table): a cut of one group says nothing of the other's commits.
@@ -192,7 +197,7 @@ def versions_at_cut(tables: Mapping[str, tuple[str, str]]) -> dict[str, int | No
     for location, (sink_id, _) in tables.items():
         cut = _group_of(sink_id, cuts)
         groups.add(cut.group_id if cut else None)
-        chosen[location] = cut.tables[sink_id].version if cut else None
+        chosen[location] = past_cut(location, cut.tables[sink_id].version) if cut else None
     if len(tables) > 1 and len(groups) > 1:
         raise ConfigurationError(
             "the tables "
@@ -201,6 +206,22 @@ def versions_at_cut(tables: Mapping[str, tuple[str, str]]) -> dict[str, int | No
             "together), so no one cut holds them; read them one by one"
         )
     return chosen
+
+
+def past_cut(path: str, version: int) -> int:
+    """The newest version of the table at ``path`` that holds the same checkpoints as
+    ``version``: up to the first later version that is a lakesink commit (its other
+    versions are pending appends, the vacuum's removals of masked rows and compaction,
+    which change no committed row, and other writers' changes, which readers see)."""
+    newest = table_version(path)
+    for later in range(version + 1, newest + 1):
+        try:
+            operation = commit_user_metadata(path, later).get("lakesink")
+        except FileNotFoundError:  # not there (yet): stay where it is known
+            return later - 1
+        if operation == "commit":
+            return later - 1
+    return newest
 
 
 def group_cut(sink_id: str, journal_path: str) -> Cut | None:

@@ -103,9 +103,11 @@ __all__ = [
     "OLDEST_TABLE_FORMAT",
     "PARTITION_VALUES_IN_FILES",
     "PENDING",
+    "PINNED",
     "PUBLISHED_APP_ID",
     "PUBLISHED_FOLDER",
     "PUBLISHED_PROPERTY",
+    "PURGED_FOLDER",
     "SINK_ID_PROPERTY",
     "TABLE_FORMAT",
     "VISIBLE",
@@ -155,6 +157,8 @@ PARTITION_VALUES_IN_FILES = "delta.writePartitionColumnsToParquet"
 # writes them so too (and renames columns in the files): both refused.
 RANDOM_PREFIXES = "delta.randomizeFilePrefixes"
 COLUMN_MAPPING = "delta.columnMapping.mode"
+# Each with the value a lakesink table keeps, whatever a session's defaults for new tables.
+PINNED = {RANDOM_PREFIXES: "false", COLUMN_MAPPING: "none"}
 
 #: How a commit makes rows visible: a MERGE that rewrites them, or a metadata commit that
 #: moves their files into the committed partition (``lakesink.delta.committer``). A property
@@ -173,10 +177,17 @@ OLDEST_TABLE_FORMAT = 5  # what this lakesink still opens as it is
 # The published table: rooted in the committed partition's folder (Spark names the folder
 # of a NULL partition value __HIVE_DEFAULT_PARTITION__), it names each committed file by
 # its path below that folder. Its commits record, as the version of this app id's Delta
-# txn action, the sink table version they bring it up to.
+# txn action, the sink table version they bring it up to. Since "/2", a committed file with
+# a deletion vector is named through a purged copy: a published table an older lakesink
+# kept (app id "lakesink") named such files whole, so it is brought up once from the sink's
+# first version, which replaces each of them.
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 PUBLISHED_FOLDER = f"{VISIBLE}=true/{PENDING}={HIVE_DEFAULT_PARTITION}"
-PUBLISHED_APP_ID = "lakesink"
+PUBLISHED_APP_ID = "lakesink/2"
+# Where the published table keeps its purged copies of committed files that carry deletion
+# vectors (lakesink.tables.published): a folder of its own, whose leading underscore hides
+# it from Delta's VACUUM of the sink table (lakesink's vacuum removes those no longer read).
+PURGED_FOLDER = "_lakesink_purged"
 JOURNAL_FORMAT = 1
 JOURNAL_SCHEMA = pa.schema(
     [
@@ -342,17 +353,20 @@ def check_sink_table(
             f"the table at {path} is partitioned by {', '.join(partitions) or 'nothing'}; a "
             f"lakesink table of format {TABLE_FORMAT} starts with {', '.join(LAKESINK_PARTITIONS)}"
         )
-    scattered = [
-        f"{name}={properties[name]}"
-        for name, plain in ((RANDOM_PREFIXES, "false"), (COLUMN_MAPPING, "none"))
+    scattered = {
+        name: plain
+        for name, plain in PINNED.items()
         if properties.get(name, plain).lower() != plain
-    ]
+    }
     if scattered:
+        now = ", ".join(f"{name} = {properties[name]}" for name in scattered)
+        back = ", ".join(f"'{name}' = '{plain}'" for name, plain in scattered.items())
         raise ConfigurationError(
-            f"the table at {path} has {', '.join(scattered)}: Delta then writes its files "
-            "under random prefixes, in no partition's folder, and names its columns apart "
-            "from its files', where its published table reads the committed partition's "
-            "files as they are; lakesink tables take neither"
+            f"the table at {path} has {now}: Delta then writes its files under random "
+            "prefixes, in no partition's folder, and names its columns apart from its "
+            "files', where its published table reads the committed partition's files as "
+            f"they are; lakesink tables take neither: ALTER TABLE delta.`{path}` SET "
+            f"TBLPROPERTIES ({back}) (Delta rewrites the files), then open it again"
         )
     return version
 

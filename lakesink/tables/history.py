@@ -10,6 +10,7 @@ lost may have landed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,11 +25,13 @@ from lakesink.storage.location import join
 __all__ = [
     "HistoryEntry",
     "commit_actions",
+    "commit_rows",
     "commit_time",
     "commit_user_metadata",
     "find_commit",
     "first_versions",
     "last_operation",
+    "lineage",
     "read_history",
     "table_version",
     "version_at",
@@ -69,6 +72,8 @@ class HistoryEntry:
         step: The append's number within its transaction (writes only).
         rows: Rows appended (write), made visible (commit) or deleted (vacuum), from
             Delta's operation metrics.
+        restored_to: For a ``RESTORE``, the version (or the time) it took the table back
+            to; None for any other operation.
     """
 
     version: int
@@ -79,6 +84,7 @@ class HistoryEntry:
     txn_ids: tuple[str, ...]
     step: int | None
     rows: int | None
+    restored_to: int | datetime | None = None
 
 
 # Neither Spark's history nor delta-rs' serves both readers. Spark's needs a JVM, which
@@ -132,7 +138,44 @@ def _entry(version: int, info: Mapping[str, Any]) -> HistoryEntry:
         step=metadata.get("step"),
         # delta-rs records no metrics: lakesink's own commits through it name their rows
         rows=int(str(metric)) if metric is not None else metadata.get("rows"),
+        restored_to=_restored_to(info) if operation == "RESTORE" else None,
     )
+
+
+def _restored_to(info: Mapping[str, Any]) -> int | datetime | None:
+    """What a RESTORE took the table back to: ``RESTORE ... TO VERSION AS OF`` records the
+    version, ``... TO TIMESTAMP AS OF`` the time."""
+    parameters = info.get("operationParameters") or {}
+    version, moment = parameters.get("version"), parameters.get("timestamp")
+    if version is not None and str(version).isdigit():
+        return int(version)
+    if moment:
+        with contextlib.suppress(ValueError):
+            parsed = datetime.fromisoformat(str(moment))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def lineage(history: Sequence[HistoryEntry]) -> set[int]:
+    """The versions whose changes the table's newest version holds: each version back from
+    the newest, except that a RESTORE holds its target version's state, not the versions
+    between (they were undone). A version older than the log's retention is taken to hold
+    the one before it."""
+    by_version = {entry.version: entry for entry in history}
+    if not by_version:
+        return set()
+    held: set[int] = set()
+    version = max(by_version)
+    while version >= 0 and version not in held:
+        held.add(version)
+        target = by_version[version].restored_to if version in by_version else None
+        if isinstance(target, datetime):
+            target = max(
+                (e.version for e in history if e.timestamp is not None and e.timestamp <= target),
+                default=None,
+            )
+        version = target if isinstance(target, int) and target < version else version - 1
+    return held
 
 
 def first_versions(history: Sequence[HistoryEntry], operation: str) -> dict[str, int]:
@@ -250,6 +293,13 @@ def last_operation(path: str, txn_id: str, operations: Collection[str]) -> Histo
             if entry.lakesink == "write":
                 return None
     raise LookupError(f"the log of {path} no longer reaches back to transaction {txn_id}")
+
+
+def commit_rows(path: str, version: int) -> int | None:
+    """The rows version ``version`` appended, flipped or deleted, as its commit says (None:
+    it does not, or there is no such version)."""
+    info = _commit_info(path, version)
+    return None if info is None else _entry(version, info).rows
 
 
 def commit_time(path: str, version: int) -> datetime | None:

@@ -10,7 +10,9 @@ A validation run (the audit gate, ``lakesink.spark.validation``) is journaled as
 whose ``validation`` column holds the report as JSON; its state is what the run left the
 transaction in (pre-committed when it passed or only warned, held, or aborted). The vacuum
 journals an ``aborted`` event whose detail starts with ``vacuumed:`` once it removed a
-transaction's rows.
+transaction's rows; a committed transaction whose commit a user's ``RESTORE`` undid (its
+rows are gone from the table) gets an ``aborted`` event whose detail starts with
+``restored:`` (``lakesink.tables.restores``).
 
 Two folds, one rule: ``fold_events`` turns a sink's events into ``TransactionStatus``
 records (read with delta-rs, no Spark job: recovery, the vacuum and ``lakesink status``
@@ -39,6 +41,7 @@ from lakesink.tables.format import JOURNAL_FORMAT, JOURNAL_SCHEMA
 
 __all__ = [
     "JOURNAL_ENV",
+    "RESTORED_PREFIX",
     "VACUUMED_PREFIX",
     "Journal",
     "JournalEntry",
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 JOURNAL_ENV = "LAKESINK_JOURNAL"
 # The detail of the aborted event that says a transaction's rows were removed.
 VACUUMED_PREFIX = "vacuumed:"
+# The detail of the aborted event that says a RESTORE undid a transaction's commit.
+RESTORED_PREFIX = "restored:"
 
 
 class TransactionId(Protocol):
@@ -126,6 +131,7 @@ class TransactionStatus:
     # pre-committed).
     first_at: Mapping[TxnState, datetime] = field(default_factory=dict)
     vacuumed: bool = False  # its rows were removed by the vacuum job
+    restored: bool = False  # committed, then a RESTORE took the table back to before it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "opened_at", _utc(self.opened_at))
@@ -258,14 +264,19 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> list[TransactionStatus]:
                     state: min(e["event_time"] for e in found if e["state"] == state.value)
                     for state in {TxnState(e["state"]) for e in found}
                 },
-                vacuumed=any(
-                    e["state"] == TxnState.ABORTED.value
-                    and (e["detail"] or "").startswith(VACUUMED_PREFIX)
-                    for e in found
-                ),
+                vacuumed=_aborted_as(found, VACUUMED_PREFIX),
+                restored=_aborted_as(found, RESTORED_PREFIX),
             )
         )
     return sorted(statuses, key=lambda s: (s.checkpoint_id, s.txn_id))
+
+
+def _aborted_as(events: Iterable[Mapping[str, Any]], prefix: str) -> bool:
+    """Whether one of a transaction's events is an abort whose detail starts with ``prefix``."""
+    return any(
+        e["state"] == TxnState.ABORTED.value and (e["detail"] or "").startswith(prefix)
+        for e in events
+    )
 
 
 class Journal:

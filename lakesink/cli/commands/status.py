@@ -81,12 +81,7 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
                 "  published table: not created yet (the next open, commit or vacuum does)"
             )
         else:
-            behind = published["versions_behind"]
-            lines.append(
-                f"  published table: {published['path']}  (version {published['version']}, "
-                + ("up to date" if behind == 0 else f"{behind} table version(s) behind")
-                + ")"
-            )
+            lines.extend(_published_lines(report["table"], published))
         lines.append(
             f"  last committed checkpoint: {_or_none_yet(report['last_committed_checkpoint'])}"
             f"   committed rows: {report['committed_rows']}"
@@ -96,7 +91,8 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
             lines.append(f"  {kind}: {len(rows)}")
             for txn in rows:
                 error = f"  error: {txn['last_error']}" if txn["last_error"] else ""
-                state = "vacuumed" if txn["vacuumed"] else txn["state"]
+                # An aborted one says what became of it (its rows are gone, or undone).
+                state = next((k for k in ("vacuumed", "restored") if txn[k]), txn["state"])
                 lines.append(
                     f"    checkpoint {txn['checkpoint_id']:>5}  {state:<13} "
                     f"writer {txn['writer_id']:<8} age {txn['age_seconds']:>9.1f}s "
@@ -111,6 +107,24 @@ def _text(reports: list[dict[str, Any]], job: dict[str, Any] | None) -> str:
         for q in job["quarantined"]:
             lines.append(f"    checkpoint {q['checkpoint_id']:>5}  {q['item']}: {q['reason']}")
     return "\n".join(lines)
+
+
+def _published_lines(table: str, published: dict[str, Any]) -> list[str]:
+    """Where the published table stands, and what to run when it is behind."""
+    behind, gone = published["versions_behind"], published["gone_files"]
+    lines = [
+        f"  published table: {published['path']}  (version {published['version']}, "
+        + ("up to date" if behind == 0 else f"{behind} table version(s) behind")
+        + ")"
+    ]
+    if gone:
+        lines.append(
+            f"    it names {len(gone)} file(s) that are gone (a VACUUM removed them), so "
+            f"reading it fails: run lakesink publish {table}"
+        )
+    elif behind:
+        lines.append(f"    the next commit or vacuum brings it up; now: lakesink publish {table}")
+    return lines
 
 
 def _or_none_yet(checkpoint: int | None) -> str:
