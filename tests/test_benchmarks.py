@@ -264,6 +264,19 @@ def test_every_section_measured_every_point_against_its_baseline(quick_run) -> N
             assert row[f"{mode}_ratio"] == pytest.approx(ratio), (mode, row)
         assert all(len(values) == reps for values in samples.values())
 
+    # Each published table was checked to hold the plain table's rows by the run.
+    purged = sections["vectors"]["rows"]
+    assert [r["baseline"] for r in purged] == [
+        "REORG ... PURGE",
+        "the table, vectors applied",
+        "the same mode, no vectors",
+    ]
+    for row in purged:
+        for mode in ("merge", "metadata"):
+            _positive(row, f"{mode}_baseline_s", f"{mode}_s")
+            _ratio_of(row, f"{mode}_ratio", f"{mode}_s", f"{mode}_baseline_s")
+        assert all(len(samples) == reps for samples in row["samples"].values())
+
 
 @pytest.mark.slow
 def test_table_and_plot_are_written(quick_run) -> None:

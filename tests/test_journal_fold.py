@@ -47,6 +47,9 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
         event("t4", TxnState.OPEN, 10),
         event("t4", TxnState.PRE_COMMITTED, 8, row_count=1),
         event("t5", TxnState.OPEN, 0, sink="totals"),
+        # Committed, then a RESTORE undid its commit.
+        event("t6", TxnState.COMMITTED, 2, row_count=4),
+        event("t6", TxnState.ABORTED, 12, detail="restored: RESTORE at version 9"),
     )
     journal.record(event("t2", TxnState.OPEN, 11, error="late"))  # a later commit, lower rank
 
@@ -56,12 +59,13 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
         for row in fold(journal_events(spark, journal.path).where("sink_id = 'orders'")).collect()
     }
 
-    assert [s.txn_id for s in ours] == ["t1", "t2", "t3", "t4"]
+    assert [s.txn_id for s in ours] == ["t1", "t2", "t3", "t4", "t6"]
     assert {s.txn_id: s.state for s in ours} == {
         "t1": TxnState.COMMITTED,
         "t2": TxnState.ABORTED,
         "t3": TxnState.COMMITTING,
         "t4": TxnState.PRE_COMMITTED,
+        "t6": TxnState.ABORTED,
     }
     for status in ours:
         row = theirs[status.txn_id]
@@ -76,5 +80,7 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
             expected = at.astimezone(timezone.utc) if at is not None else None
             assert status.first_at.get(state) == expected, (status.txn_id, state)
         assert status.vacuumed == row.vacuumed, status.txn_id
+        assert status.restored == row.restored, status.txn_id
     assert ours[1].vacuumed and ours[1].last_error == "late"
+    assert ours[4].restored and not ours[4].vacuumed
     assert read_transactions(journal.path, "orders", writer_id="w9") == []

@@ -34,7 +34,6 @@ from lakesink.errors import ConfigurationError
 from lakesink.ops.audit import audit_table
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers.deltars import arrow
-from lakesink.spark.settings import session_conf
 from lakesink.tables.format import (
     COMMIT_MODE_PROPERTY,
     PENDING,
@@ -394,25 +393,38 @@ def test_a_rewrite_from_before_the_publish_cannot_mask_published_rows(spark, tmp
     sink.close()
 
 
-# Each writer feature delta-rs cannot keep, and the table property that brings it in.
+# Each writer feature delta-rs cannot write, and the table property that brings it in.
 WRITER_FEATURES = {
-    "deletionVectors": ("enableDeletionVectors", "true"),
-    "rowTracking": ("enableRowTracking", "true"),
-    "inCommitTimestamp": ("enableInCommitTimestamps", "true"),
-    "domainMetadata": ("feature.domainMetadata", "supported"),
+    "rowTracking": ("delta.enableRowTracking", "true"),
+    "inCommitTimestamp": ("delta.enableInCommitTimestamps", "true"),
+    "domainMetadata": ("delta.feature.domainMetadata", "supported"),
 }
 
 
 @pytest.mark.parametrize("feature", list(WRITER_FEATURES))
-def test_a_table_with_a_writer_feature_delta_rs_cannot_keep_is_refused(spark, tmp_path, feature):
+def test_a_table_given_a_feature_delta_rs_cannot_write_is_refused_then_commits_by_merge(
+    spark, tmp_path, feature
+):
+    """A table committed by metadata that gains, by ``ALTER TABLE``, a feature delta-rs
+    cannot write is refused when opened, in one line naming the feature, its property and
+    the switch to the MERGE; switched, it is written on, each row once. (Made so by the
+    session's defaults, it is refused before anything is made: tests/test_table_features.)"""
     table = tmp_path / "orders"
+    with open_sink(spark, table) as sink:
+        write(spark, sink, range(0, 10))
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     name, value = WRITER_FEATURES[feature]
-    # A workspace whose new tables get the feature (as Databricks gives deletion vectors).
-    default = {f"spark.databricks.delta.properties.defaults.{name}": value}
-    refusal = rf"uses .*\b{feature}\b.*commit='merge'"
-    with session_conf(spark, default), pytest.raises(ConfigurationError, match=refusal):
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('{name}' = '{value}')")
+    switch = re.escape(f"SET TBLPROPERTIES ('{COMMIT_MODE_PROPERTY}' = 'merge')")
+    with pytest.raises(ConfigurationError, match=rf"uses .*\b{feature}\b.*{switch}") as refused:
         open_sink(spark, table)
+    assert "\n" not in str(refused.value)
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('{COMMIT_MODE_PROPERTY}' = 'merge')")
+    with DeltaSink.open(spark, str(table), schema=SCHEMA, view_name="v_switched") as sink:
+        write(spark, sink, range(10, 20))
+        sink.notify_checkpoint_complete(sink.prepare_commit())
     assert feature in DeltaTable(str(table)).protocol().writer_features
+    assert visible_ids(spark, table) == Counter(range(20))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ what format 5 records in the sink table's log for any Delta tool: each writer's 
 checkpoint as a Delta ``txn`` version, and a checksum for every commit lakesink makes with
 delta-rs.
 
-What reads each engine's rows by path is tests/test_engines.py; a kill at each of the
+What reads each engine's rows by path is tests/test_other_writers.py; a kill at each of the
 published table's writes is the crash-point enumeration (tests/crashpoints, whose check
 compares the published table with the committed view after every restart).
 """
