@@ -227,6 +227,13 @@ def _panels() -> dict[str, Callable[..., None]]:
             target=1.02,
             log_y=True,
         ),
+        "vectors": partial(
+            _ratio_bars,
+            label=lambda row: row["what"].replace(" after", "\nafter").replace(", ", "\n"),
+            bars=(("merge_ratio", "MERGE table"), ("metadata_ratio", "metadata table")),
+            ylabel="x the baseline (REORG PURGE; reads: vectors applied; no vectors)",
+            target=None,
+        ),
         "memory": partial(
             _ratio_bars,
             label=lambda row: row["what"].replace(" (", "\n("),

@@ -21,6 +21,9 @@ generating them is never measured) and, in one run:
     path with Spark vs a plain Delta table.
 13. Peak memory (JVM heap, JVM and Python resident sets) of a checkpoint vs an idempotent
     append of the same rows.
+14. Deletion vectors in committed files (a user's DELETE): the published table's purged
+    copies vs Delta's REORG PURGE, reading it vs the table with the vectors, a checkpoint
+    into a table with them vs one without.
 
 Every section that commits does so in a table of each commit mode (MERGE and metadata): the
 mode is a table property, recorded when a table is created. Sections 1, 2, 3 and 12 share
@@ -62,6 +65,7 @@ from benchmarks import (
     reader,
     scheduled,
     streaming,
+    vectors,
     write_path,
 )
 from benchmarks.harness import (
@@ -197,6 +201,7 @@ SECTIONS = (
     "scheduled",
     "published",
     "memory",
+    "vectors",
 )
 
 
@@ -311,6 +316,18 @@ def run(
         log.info("13. peak memory of a checkpoint of %d rows", suite.memory_rows)
         peaks = memory.measure(spark, workspace, suite.memory_rows, suite.repetitions)
         found["memory"] = memory.memory_section(peaks)
+    if "vectors" in sections:
+        rows = cached_rows(spark, suite.reader_rows)
+        log.info(
+            "14. deletion vectors: %d checkpoints of %d rows",
+            suite.reader_checkpoints,
+            suite.reader_rows,
+        )
+        points = vectors.measure(
+            spark, workspace, rows, suite.reader_rows, suite.reader_checkpoints, suite.repetitions
+        )
+        rows.unpersist()
+        found["vectors"] = vectors.vectors_section(points)
     return [found[key] for key in SECTIONS if key in sections]
 
 
