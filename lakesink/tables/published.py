@@ -385,8 +385,21 @@ def _published_key(name: str) -> str:
 
 def _held(table: DeltaTable) -> dict[str, dict[str, Any]]:
     """The files the published table names, by ``_published_key``: each one's path and
-    size."""
-    return {_published_key(a["path"]): a for a in _adds(table)}
+    size (read as two columns: a publish's cost stays that of the files it changes, not of
+    every file's statistics)."""
+    return {
+        _published_key(path): {"path": path, "size": size}
+        for path, size in _live_files(table, "size_bytes")
+    }
+
+
+def _live_files(table: DeltaTable, *columns: str) -> list[tuple[Any, ...]]:
+    """Each live file's path with ``columns`` of delta-rs' add actions."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if "path" not in actions.column_names:
+        return []
+    picked = actions.select(["path", *columns]).to_pydict()
+    return list(zip(*picked.values(), strict=True))
 
 
 def _adds(table: DeltaTable) -> list[dict[str, Any]]:
@@ -561,7 +574,7 @@ def remove_unread_copies(sink_path: str, retain_hours: float, *, dry_run: bool =
     if not written:
         return 0
     since = datetime.now(timezone.utc) - timedelta(hours=retain_hours)
-    read = {a["path"] for a in _adds(delta_table(path))}
+    read = {name for (name,) in _live_files(delta_table(path))}
     version = table_version(path)
     while version >= 0 and (at := commit_time(path, version)) is not None and at >= since:
         read |= {a["remove"]["path"] for a in commit_actions(path, version) if "remove" in a}
