@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 METASTORE_DIR := $(CURDIR)/.cache/metastore
 METASTORE_PORT ?= 1527
 
-.PHONY: setup lint format test test-needs test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-quick sql-up sql-down s3-up s3-down crash-points crash-points-resume
+.PHONY: setup lint format test test-needs test-fast jvm-archive demo docs clean metastore-up metastore-down cluster-up cluster-down kafka-up kafka-down bench bench-scale bench-quick sql-up sql-down s3-up s3-down crash-points crash-points-resume
 
 setup: $(STAMP)
 
@@ -129,6 +129,12 @@ docs: $(STAMP)
 # docs/bench.json and docs/bench.png (about 20 minutes on 2 cores, with the S3 section). It reports, never asserts.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out docs
+
+# How each cost grows with the work: checkpoints of history (10 to 10,000) and tables a
+# group (2 to 20), in both commit modes; the report goes into docs/benchmarks.md ("Cost as
+# the work grows") with a figure per curve. Hours; make test runs none of it.
+bench-scale: $(STAMP)
+	$(BIN)/python -m benchmarks.scale --out docs --page
 
 # The same report from CI-sized data in a few minutes (make test runs it).
 bench-quick: $(STAMP)

@@ -82,7 +82,7 @@ from benchmarks.report import Section, render_text, write_json, write_png
 from lakesink.errors import ConfigurationError
 from lakesink.spark.session import spark_session
 
-__all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run"]
+__all__ = ["FULL", "QUICK", "SECTIONS", "Suite", "main", "run", "warm_up"]
 
 log = logging.getLogger("benchmarks")
 
@@ -222,7 +222,7 @@ def run(
     """
     if "object_store" in sections and server is None:
         raise ConfigurationError("the object_store section needs an S3 server (server=...)")
-    _warm_up(spark, workspace)
+    warm_up(spark, workspace)
     found: dict[str, Section] = {}
     written: list[write_path.WritePoint] = []
     grown: list[history.HistoryPoint] = []
@@ -331,7 +331,7 @@ def run(
     return [found[key] for key in SECTIONS if key in sections]
 
 
-def _warm_up(spark: SparkSession, workspace: Workspace) -> None:
+def warm_up(spark: SparkSession, workspace: Workspace) -> None:
     """One untimed round of everything, so the JVM's first-use costs are not measured."""
     folder = workspace.folder("warm-up")
     rows = cached_rows(spark, 1_000)

@@ -287,3 +287,28 @@ def test_table_and_plot_are_written(quick_run) -> None:
     assert "n/a" not in stdout  # every cell has a number
     png = (out / "bench.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
+
+
+def test_the_scale_report_replaces_its_section_of_the_page_and_nothing_else(tmp_path) -> None:
+    """``make bench-scale`` writes its report between the page's markers (make test runs
+    none of its curves: hours); a page without them is named, not written."""
+    from benchmarks.harness import BenchmarkError
+    from benchmarks.scale import BEGIN, END, write_page
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# Benchmarks\n\nbefore\n\n{BEGIN}\nan older run\n{END}\n\nafter\n")
+    figure = tmp_path / "scale-history.png"
+    for run in ("the first run", "the second run"):
+        write_page(page, run, [figure])
+        text = page.read_text()
+        assert text == (
+            f"# Benchmarks\n\nbefore\n\n{BEGIN}\n{run}\n\n"
+            f"![scale-history](scale-history.png)\n{END}\n\nafter\n"
+        )
+    bare = tmp_path / "bare.md"
+    bare.write_text("# Benchmarks\n")
+    with pytest.raises(BenchmarkError, match=r"bare\.md has no"):
+        write_page(bare, "a run", [figure])
+    assert bare.read_text() == "# Benchmarks\n"
+    # The project's own page has the section the make target writes into.
+    assert BEGIN in (REPO / "docs/benchmarks.md").read_text()

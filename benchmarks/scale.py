@@ -1,0 +1,656 @@
+"""Growth: how lakesink's costs grow with the work (``make bench-scale``; never in ``make test``).
+
+    python -m benchmarks.scale                           # every curve at its full sizes
+    python -m benchmarks.scale --history 10 100 --tables 2 5 --out DIR
+
+Each curve is measured in one Spark session (``local[*]``) and each figure against a
+baseline timed in the same run, medians of ``--repetitions``:
+
+1. **Checkpoints of history** (``--history``): a table of each commit mode grows through
+   its sink, one checkpoint of ``--history-rows`` rows (one file) at a time. At each
+   point, before any maintenance: a checkpoint's commit and the published table's update
+   inside it, ``lakesink status`` (``sink_status``, read without Spark), and opening the
+   sink (its recovery: the table's and journal's checks, the writer's lease, the view,
+   the published table), each against its own figure at the first point (flat: within
+   1.5x); then the aggregate of section 4 over the committed view and over the published
+   table (Spark, by path) against the same rows in a plain Delta table written in one
+   append, before and after ``lakesink vacuum`` (zero retention: its compaction merges the
+   checkpoints' files). The table then grows on from where the vacuum left it, as a
+   table vacuumed on a schedule does.
+2. **Tables a group** (``--tables``): one job (``CheckpointCoordinator``) over that many
+   sinks, each checkpoint ``--group-rows`` rows a table. The checkpoint's global commit
+   (from the checkpoint's record to the last sink's commit and the cut) and the whole
+   checkpoint, against as many plain Delta appends of the same rows (what the job does
+   without exactly-once); then an aggregate over every table read at the group's one cut
+   (``lakesink.committed(spark, *paths)``) against the same aggregates on each table's
+   latest version, read apart. Linear growth is a flat commit time per table.
+
+The report goes to ``OUT/scale.json``, a figure per curve (``OUT/scale-history.png``,
+``OUT/scale-group.png``) and, with ``--page``, into the section of ``docs/benchmarks.md``
+between its ``bench-scale`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from benchmarks.harness import (
+    REPO,
+    BenchmarkError,
+    LoadSampler,
+    Timing,
+    Workspace,
+    alternate,
+    batch,
+    cached_rows,
+    create_plain_table,
+    machine,
+    open_sink,
+    plain_append,
+    published_rows,
+    timed,
+    timing_publish,
+)
+from benchmarks.reader import QUERIES, same_rows
+from benchmarks.report import Column, Row, Section, render_text, write_json
+from benchmarks.run import warm_up
+from lakesink.core import CheckpointCoordinator
+from lakesink.core.hook import step_hook
+from lakesink.delta.sink import DeltaSink
+from lakesink.ops.status import sink_status
+from lakesink.ops.vacuum import vacuum
+from lakesink.readers.spark import committed
+from lakesink.spark.session import spark_session
+from lakesink.tables.checkpoints import DeltaCheckpointStore
+from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
+
+__all__ = ["FULL", "Scale", "group_section", "history_section", "main", "measure_group"]
+
+log = logging.getLogger("benchmarks")
+
+MODES = ("merge", "metadata")
+PAGE = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench-scale: begin -->", "<!-- bench-scale: end -->"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scale:
+    """The sizes of one run.
+
+    Attributes:
+        history: Committed checkpoints at each point of curve 1.
+        history_rows: Rows a checkpoint in curve 1.
+        tables: Tables of the group at each point of curve 2.
+        group_rows: Rows a table and checkpoint in curve 2.
+        modes: The commit modes each curve is measured in.
+        repetitions: Timed repetitions behind each median.
+    """
+
+    history: tuple[int, ...]
+    history_rows: int
+    tables: tuple[int, ...]
+    group_rows: int
+    modes: tuple[str, ...]
+    repetitions: int
+
+
+FULL = Scale(
+    history=(10, 100, 1_000, 10_000),
+    history_rows=1_000,
+    tables=(2, 5, 20),
+    group_rows=100_000,
+    modes=MODES,
+    repetitions=3,
+)
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """Curve 1 at one number of checkpoints, in a table of one commit mode."""
+
+    mode: str
+    checkpoints: int  # committed checkpoints when the point was measured
+    commit: Timing
+    publish: Timing  # the published table's update inside ``commit``
+    status: Timing
+    opening: Timing
+    reads: dict[str, Timing]  # "plain", "view", "published"; and each "... vacuumed"
+    vacuum_s: float
+
+
+@dataclass(frozen=True)
+class GroupPoint:
+    """Curve 2 at one number of tables, of one commit mode."""
+
+    mode: str
+    tables: int
+    rows: int  # a table's committed rows when its reads were timed
+    commit: Timing  # the global commit: after the record to the checkpoint's end
+    checkpoint: Timing
+    appends: Timing  # the same rows appended to as many plain tables
+    apart: Timing  # every table's latest version, read apart
+    at_cut: Timing  # every table at the group's one cut
+
+
+def _aggregate(frame: DataFrame) -> None:
+    QUERIES["aggregate"](frame)
+
+
+class _Growing:
+    """One sink table of ``mode`` grown one checkpoint at a time."""
+
+    def __init__(self, spark: SparkSession, path: str, rows: DataFrame, mode: str) -> None:
+        self.spark, self.path, self.rows, self.mode = spark, path, rows, mode
+        self.size = rows.count()
+        self.committed = 0
+        self.sink = self._open()
+
+    def _open(self) -> DeltaSink:
+        return open_sink(self.spark, self.path, self.rows.schema, commit=self.mode)
+
+    def _write(self) -> int:
+        """The next checkpoint, written and pre-committed; its id."""
+        self.sink.write(batch(self.rows, self.committed, self.size).coalesce(1))
+        return self.sink.prepare_commit()
+
+    def grow_to(self, checkpoints: int) -> None:
+        while self.committed < checkpoints:
+            self.sink.notify_checkpoint_complete(self._write())
+            self.committed += 1
+            if self.committed % 500 == 0:
+                log.info("history: %s table at %d checkpoints", self.mode, self.committed)
+
+    def time_commit(self) -> dict[str, float]:
+        checkpoint = self._write()
+        with timing_publish() as published:
+            seconds = timed(lambda: self.sink.notify_checkpoint_complete(checkpoint))
+        self.committed += 1
+        if len(published) != 1:
+            raise BenchmarkError(f"a commit of {self.path} updated its published table {published}")
+        return {"commit": seconds, "publish": published[0]}
+
+    def time_status(self) -> dict[str, float]:
+        status: list[object] = []
+        seconds = timed(lambda: status.append(sink_status(self.path).as_dict(_now())))
+        return {"status": seconds}
+
+    def time_opening(self) -> dict[str, float]:
+        self.sink.close()
+        opened: list[DeltaSink] = []
+        seconds = timed(lambda: opened.append(self._open()))
+        self.sink = opened[0]
+        return {"opening": seconds}
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def measure_history(spark: SparkSession, workspace: Workspace, scale: Scale) -> list[HistoryPoint]:
+    """Curve 1, for a table of each commit mode."""
+    rows = cached_rows(spark, scale.history_rows)
+    points = []
+    for mode in scale.modes:
+        folder = workspace.folder(f"history-{mode}")
+        table = _Growing(spark, f"{folder}/events", rows, mode)
+        try:
+            for count in scale.history:
+                log.info("history: %s table, %d checkpoints", mode, count)
+                table.grow_to(count)
+                timings = alternate(
+                    scale.repetitions, table.time_commit, table.time_status, table.time_opening
+                )
+                reads = _reads(spark, folder, table.path, scale.repetitions, "")
+                vacuum_s = timed(
+                    lambda path=table.path: vacuum(
+                        spark, path, retain_hours=0, allow_short_retention=True
+                    )
+                )
+                reads |= _reads(spark, folder, table.path, scale.repetitions, " vacuumed")
+                points.append(
+                    HistoryPoint(
+                        mode=mode,
+                        checkpoints=count,
+                        commit=timings["commit"],
+                        publish=timings["publish"],
+                        status=timings["status"],
+                        opening=timings["opening"],
+                        reads=reads,
+                        vacuum_s=vacuum_s,
+                    )
+                )
+        finally:
+            table.close()
+        workspace.drop(folder)
+    rows.unpersist()
+    return points
+
+
+def _reads(
+    spark: SparkSession, folder: str, path: str, repetitions: int, state: str
+) -> dict[str, Timing]:
+    """The aggregate over the committed view and the published table of ``path``, against
+    a plain table of the same rows written now in one append; named with ``state``."""
+    plain = f"{folder}/plain"
+    Workspace.drop(plain)
+    view = committed(spark, path)
+    view.write.format("delta").save(plain)
+    same_rows(view, spark.read.format("delta").load(plain), path)
+    same_rows(published_rows(spark, path), spark.read.format("delta").load(plain), path)
+    sides: dict[str, Callable[[], DataFrame]] = {
+        "plain": lambda: spark.read.format("delta").load(plain),
+        "view": lambda: committed(spark, path),
+        "published": lambda: published_rows(spark, path),
+    }
+    timings = alternate(
+        repetitions,
+        *(
+            (lambda name=name, rows=rows: {name + state: timed(lambda: _aggregate(rows()))})
+            for name, rows in sides.items()
+        ),
+    )
+    return timings
+
+
+@contextmanager
+def _commit_phase() -> Iterator[list[float]]:
+    """Yield a list that gets, for each checkpoint of a coordinator made inside the
+    block, the ``perf_counter`` at which its record was written (its global commit
+    starts there)."""
+    marks: list[float] = []
+
+    def hook(step: str, _checkpoint_id: int) -> None:
+        if step == "after_record":
+            marks.append(time.perf_counter())
+
+    with step_hook(hook):
+        yield marks
+
+
+def measure_group(spark: SparkSession, workspace: Workspace, scale: Scale) -> list[GroupPoint]:
+    """Curve 2, for groups of each commit mode."""
+    rows = cached_rows(spark, scale.group_rows)
+    points = []
+    for mode in scale.modes:
+        for count in scale.tables:
+            log.info("group: %d tables, %s", count, mode)
+            points.append(_group(spark, workspace, rows, count, mode, scale.repetitions))
+    rows.unpersist()
+    return points
+
+
+def _group(
+    spark: SparkSession,
+    workspace: Workspace,
+    rows: DataFrame,
+    count: int,
+    mode: str,
+    repetitions: int,
+) -> GroupPoint:
+    folder = workspace.folder(f"group-{mode}-{count}")
+    size = rows.count()
+    paths = [f"{folder}/t{index:02d}" for index in range(count)]
+    plains = [f"{folder}/plain{index:02d}" for index in range(count)]
+    for plain in plains:
+        create_plain_table(spark, plain, rows.schema)
+    with _commit_phase() as marks:
+        # Not opened: the coordinator restores each sink (its recovery) as it starts.
+        sinks = {
+            path.rsplit("/", 1)[1]: DeltaSink(
+                spark, path, schema=rows.schema, commit=mode, view_name=f"bench_{index:02d}"
+            )
+            for index, path in enumerate(paths)
+        }
+        job = CheckpointCoordinator(
+            DeltaCheckpointStore(f"{folder}/state"), job_id="bench-scale", sinks=sinks
+        )
+    checkpoints = 0
+
+    def checkpoint() -> dict[str, float]:
+        nonlocal checkpoints
+        for sink in sinks.values():
+            sink.write(batch(rows, checkpoints, size))
+        start = time.perf_counter()
+        job.trigger_checkpoint(str(checkpoints))
+        end = time.perf_counter()
+        checkpoints += 1
+        return {"checkpoint": end - start, "commit": end - marks[-1]}
+
+    def appends() -> dict[str, float]:
+        frame = batch(rows, checkpoints, size)
+        return {"appends": timed(lambda: [plain_append(frame, plain) for plain in plains])}
+
+    try:
+        timings = alternate(repetitions, checkpoint, appends)
+        if len(marks) != checkpoints:
+            raise BenchmarkError(f"{checkpoints} checkpoints of {folder} recorded {len(marks)}")
+        for path in paths:
+            same_rows(
+                committed(spark, path),
+                spark.range(0, size * checkpoints).select("id"),
+                path,
+            )
+
+        def apart() -> dict[str, float]:
+            return {"apart": timed(lambda: [_aggregate(_latest(spark, p)) for p in paths])}
+
+        def at_cut() -> dict[str, float]:
+            return {"at_cut": timed(lambda: [_aggregate(f) for f in committed(spark, *paths)])}
+
+        timings |= alternate(repetitions, apart, at_cut)
+    finally:
+        job.close()
+        for sink in sinks.values():
+            sink.close()
+    workspace.drop(folder)
+    return GroupPoint(mode=mode, tables=count, rows=size * checkpoints, **timings)
+
+
+def _latest(spark: SparkSession, path: str) -> DataFrame:
+    """A table's committed rows at its latest version, not at the group's cut."""
+    table = spark.read.format("delta").load(path)
+    user = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
+    return table.where(F.col(VISIBLE)).select(*user)
+
+
+def history_section(points: Sequence[HistoryPoint]) -> Section:
+    """Curve 1 as a table: each cost at each point, against its first point or a plain
+    table."""
+    first = {p.mode: p for p in reversed(points)}
+    rows: list[Row] = []
+    for p in points:
+        base = first[p.mode]
+        reads = {name: t.median for name, t in p.reads.items()}
+        rows.append(
+            {
+                "mode": p.mode,
+                "checkpoints": p.checkpoints,
+                "commit_s": p.commit.median,
+                "commit_growth": p.commit.median / base.commit.median,
+                "publish_s": p.publish.median,
+                "publish_growth": p.publish.median / base.publish.median,
+                "status_s": p.status.median,
+                "status_growth": p.status.median / base.status.median,
+                "opening_s": p.opening.median,
+                "opening_growth": p.opening.median / base.opening.median,
+                "plain_s": reads["plain"],
+                "view_ratio": reads["view"] / reads["plain"],
+                "published_ratio": reads["published"] / reads["plain"],
+                "view_vacuumed_ratio": reads["view vacuumed"] / reads["plain vacuumed"],
+                "published_vacuumed_ratio": (reads["published vacuumed"] / reads["plain vacuumed"]),
+                "vacuum_s": p.vacuum_s,
+                "samples": {
+                    "commit": list(p.commit.samples),
+                    "publish": list(p.publish.samples),
+                    "status": list(p.status.samples),
+                    "opening": list(p.opening.samples),
+                    **{name: list(t.samples) for name, t in p.reads.items()},
+                },
+            }
+        )
+    return Section(
+        key="history",
+        title="Checkpoints of history",
+        baseline="growth: x the same figure at the first point; reads: x the same rows in "
+        "a plain Delta table written in one append",
+        columns=(
+            Column("mode", "commit mode", "text"),
+            Column("checkpoints", "checkpoints", "int"),
+            Column("commit_s", "commit", "ms"),
+            Column("commit_growth", "growth", "ratio"),
+            Column("publish_s", "published table's update", "ms"),
+            Column("publish_growth", "growth", "ratio"),
+            Column("status_s", "lakesink status", "ms"),
+            Column("status_growth", "growth", "ratio"),
+            Column("opening_s", "opening the sink", "seconds"),
+            Column("opening_growth", "growth", "ratio"),
+            Column("plain_s", "aggregate, plain table", "seconds"),
+            Column("view_ratio", "committed view", "ratio"),
+            Column("published_ratio", "published table", "ratio"),
+            Column("vacuum_s", "lakesink vacuum", "seconds"),
+            Column("view_vacuumed_ratio", "committed view, vacuumed", "ratio"),
+            Column("published_vacuumed_ratio", "published table, vacuumed", "ratio"),
+        ),
+        rows=tuple(rows),
+    )
+
+
+def group_section(points: Sequence[GroupPoint]) -> Section:
+    """Curve 2 as a table: the global commit by tables, and a read of all at one cut."""
+    rows: list[Row] = [
+        {
+            "mode": p.mode,
+            "tables": p.tables,
+            "rows": p.rows,
+            "commit_s": p.commit.median,
+            "commit_per_table_s": p.commit.median / p.tables,
+            "checkpoint_s": p.checkpoint.median,
+            "appends_s": p.appends.median,
+            "checkpoint_ratio": p.checkpoint.median / p.appends.median,
+            "apart_s": p.apart.median,
+            "at_cut_s": p.at_cut.median,
+            "cut_ratio": p.at_cut.median / p.apart.median,
+            "samples": {
+                name: list(getattr(p, name).samples)
+                for name in ("commit", "checkpoint", "appends", "apart", "at_cut")
+            },
+        }
+        for p in points
+    ]
+    return Section(
+        key="group",
+        title="Tables a group",
+        baseline="checkpoint: x as many plain Delta appends of the same rows; cut read: x "
+        "every table's latest version read apart",
+        columns=(
+            Column("mode", "commit mode", "text"),
+            Column("tables", "tables", "int"),
+            Column("rows", "rows a table", "int"),
+            Column("commit_s", "global commit", "seconds"),
+            Column("commit_per_table_s", "a table", "seconds"),
+            Column("checkpoint_s", "whole checkpoint", "seconds"),
+            Column("appends_s", "plain appends", "seconds"),
+            Column("checkpoint_ratio", "ratio", "ratio"),
+            Column("apart_s", "aggregates, latest versions", "seconds"),
+            Column("at_cut_s", "aggregates at one cut", "seconds"),
+            Column("cut_ratio", "ratio", "ratio"),
+        ),
+        rows=tuple(rows),
+    )
+
+
+def write_figures(out: Path, sections: Sequence[Section]) -> list[Path]:
+    """A figure per curve: each figure's growth (or ratio) against the curve's x axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = {
+        "history": (
+            "checkpoints",
+            ("commit_growth", "publish_growth", "status_growth", "opening_growth"),
+            ("view_ratio", "published_ratio", "view_vacuumed_ratio", "published_vacuumed_ratio"),
+            ("x its figure at the first point", "x a plain table of the same rows"),
+        ),
+        "group": (
+            "tables",
+            ("commit_per_table_s",),
+            ("checkpoint_ratio", "cut_ratio"),
+            ("seconds a table", "x the baseline"),
+        ),
+    }
+    written = []
+    for section in sections:
+        axis, left, right, labels = lines[section.key]
+        headers = {c.key: c.header for c in section.columns}
+        figure, axes = plt.subplots(1, 2, figsize=(14, 5))
+        for ax, keys, label in zip(axes, (left, right), labels, strict=True):
+            for mode in MODES:
+                points = [r for r in section.rows if r["mode"] == mode]
+                for key in keys:
+                    ax.plot(
+                        [r[axis] for r in points],
+                        [r[key] for r in points],
+                        marker="o",
+                        label=f"{_header(headers, key)} ({mode})",
+                    )
+            ax.set_xscale("log")
+            ax.set_xlabel(axis)
+            ax.set_ylabel(label)
+            ax.legend(fontsize=8)
+            ax.grid(True, alpha=0.3)
+        figure.suptitle(f"lakesink: {section.title.lower()} ({section.baseline})", fontsize=10)
+        figure.tight_layout()
+        path = out / f"scale-{section.key}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def _header(headers: dict[str, str], key: str) -> str:
+    """A line's name: its column's header, the growth columns named by the figure."""
+    stem = key.removesuffix("_growth")
+    return headers.get(f"{stem}_s", headers[key]) if key.endswith("_growth") else headers[key]
+
+
+def write_page(page: Path, text: str, figures: Sequence[Path]) -> None:
+    """Put the report and its figures between the page's ``bench-scale`` markers.
+
+    Raises:
+        BenchmarkError: The page has no such markers.
+    """
+    content = page.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(content):
+        raise BenchmarkError(f"{page} has no {BEGIN} ... {END} section to write into")
+    images = "\n".join(f"![{f.stem}]({os.path.relpath(f, page.parent)})" for f in figures)
+    section = f"{BEGIN}\n{text}\n\n{images}\n{END}"
+    page.write_text(pattern.sub(lambda _: section, content))
+
+
+CURVES: dict[str, Callable[[SparkSession, Workspace, Scale], Section]] = {
+    "history": lambda spark, ws, scale: history_section(measure_history(spark, ws, scale)),
+    "group": lambda spark, ws, scale: group_section(measure_group(spark, ws, scale)),
+}
+
+
+def _spelled(values: Sequence[int]) -> str:
+    return " ".join(str(v) for v in values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--curves",
+        nargs="+",
+        choices=sorted(CURVES),
+        default=list(CURVES),
+        metavar="CURVE",
+        help=f"measure only these ({', '.join(CURVES)}; default: all)",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        nargs="+",
+        help=f"checkpoints at each point (default: {_spelled(FULL.history)})",
+    )
+    parser.add_argument(
+        "--history-rows",
+        type=int,
+        help=f"rows a checkpoint in the history (default: {FULL.history_rows:,})",
+    )
+    parser.add_argument(
+        "--tables",
+        type=int,
+        nargs="+",
+        help=f"tables of each group (default: {_spelled(FULL.tables)})",
+    )
+    parser.add_argument(
+        "--group-rows",
+        type=int,
+        help=f"rows a table and checkpoint (default: {FULL.group_rows:,})",
+    )
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="commit modes (default: both)")
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        help=f"timed repetitions behind a median (default: {FULL.repetitions})",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "docs", help="default: docs/")
+    parser.add_argument(
+        "--page",
+        action="store_true",
+        help=f"also write the report into {PAGE.relative_to(REPO)} (its bench-scale section)",
+    )
+    parser.add_argument("--work-dir", help="where the tables go (default: system temp)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("lakesink").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    given = {
+        "history": tuple(args.history) if args.history else None,
+        "history_rows": args.history_rows,
+        "tables": tuple(args.tables) if args.tables else None,
+        "group_rows": args.group_rows,
+        "modes": tuple(args.modes) if args.modes else None,
+        "repetitions": args.repetitions,
+    }
+    scale = Scale(**{**asdict(FULL), **{k: v for k, v in given.items() if v is not None}})
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        workspace = Workspace(args.work_dir)
+        stack.callback(workspace.close)
+        spark = spark_session(
+            app_name="lakesink-bench-scale",
+            conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+            ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
+        )
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
+        about = machine(spark)
+        warm_up(spark, workspace)
+        with LoadSampler() as load:
+            sections = [CURVES[name](spark, workspace, scale) for name in args.curves]
+    header = {
+        "mode": "scale",
+        "machine": about,
+        "repetitions": scale.repetitions,
+        "suite": asdict(scale),
+        "load": load.summary(),
+        "duration_s": round(time.perf_counter() - started, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "scale.json", header, sections)
+    figures = write_figures(args.out, sections)
+    text = render_text(header, sections) + (
+        f"\n\nThis run's sizes: checkpoints of history {_spelled(scale.history)} "
+        f"({scale.history_rows:,} rows each); tables a group {_spelled(scale.tables)} "
+        f"({scale.group_rows:,} rows a table and checkpoint); commit modes "
+        f"{', '.join(scale.modes)}."
+    )
+    if args.page:
+        write_page(PAGE, text, figures)
+    print(text)
+    print(f"\nwritten: {args.out / 'scale.json'}, {', '.join(map(str, figures))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
