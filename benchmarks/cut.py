@@ -28,6 +28,7 @@ from benchmarks.harness import (
     alternate,
     batch,
     cached_rows,
+    latest_committed,
     timed,
 )
 from benchmarks.report import Column, Section
@@ -36,7 +37,6 @@ from lakesink.delta.sink import DeltaSink
 from lakesink.readers.spark import committed
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 from lakesink.tables.cuts import cuts_path
-from lakesink.tables.format import VISIBLE
 from lakesink.tables.history import table_version
 
 __all__ = ["CutPoint", "cut_section", "measure"]
@@ -61,12 +61,6 @@ class CutPoint:
 
 def _aggregate(frame: DataFrame) -> None:
     frame.groupBy("customer").agg(F.count(F.lit(1)), F.sum("amount"), F.max("ts")).collect()
-
-
-def _latest(spark: SparkSession, path: str) -> DataFrame:
-    """The committed rows at the table's latest version, as read before cuts."""
-    table = spark.read.format("delta").load(path)
-    return table.where(f"{VISIBLE} = true").select("id", "customer", "amount", "ts")
 
 
 def measure(
@@ -117,7 +111,7 @@ def _measure(
 
     def one() -> dict[str, float]:
         return {
-            "one_latest": timed(lambda: _aggregate(_latest(spark, a))),
+            "one_latest": timed(lambda: _aggregate(latest_committed(spark, a))),
             "one_cut": timed(lambda: _aggregate(committed(spark, a))),
         }
 
@@ -127,7 +121,7 @@ def _measure(
 
     def apart() -> None:
         for path in (a, b):
-            _aggregate(_latest(spark, path))
+            _aggregate(latest_committed(spark, path))
 
     def two() -> dict[str, float]:
         return {"two_apart": timed(apart), "two_cut": timed(at_one_cut)}

@@ -35,6 +35,7 @@ from lakesink.spark.sql import delta_path
 from lakesink.storage.files import object_store
 from lakesink.storage.location import join, normalize
 from lakesink.storage.options import StorageOptions
+from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
 from lakesink.tables.published import PublishedTable, published_table
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "create_plain_table",
     "delta_files",
     "last_operation_metrics",
+    "latest_committed",
     "machine",
     "open_sink",
     "plain_append",
@@ -226,6 +228,14 @@ def check_rows(frame: DataFrame, expected: int, what: str) -> None:
     found = frame.count()
     if found != expected:
         raise BenchmarkError(f"{what} has {found} rows, expected {expected}")
+
+
+def latest_committed(spark: SparkSession, path: str) -> DataFrame:
+    """A sink table's committed rows at its latest version, as read before cuts: the
+    committed partition, the user's columns."""
+    table = spark.read.format("delta").load(path)
+    user = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
+    return table.where(F.col(VISIBLE)).select(*user)
 
 
 def create_plain_table(spark: SparkSession, path: str, schema: StructType) -> None:

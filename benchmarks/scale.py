@@ -45,7 +45,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from benchmarks.harness import (
     REPO,
@@ -57,6 +56,7 @@ from benchmarks.harness import (
     batch,
     cached_rows,
     create_plain_table,
+    latest_committed,
     machine,
     open_sink,
     plain_append,
@@ -75,7 +75,6 @@ from lakesink.ops.vacuum import vacuum
 from lakesink.readers.spark import committed
 from lakesink.spark.session import spark_session
 from lakesink.tables.checkpoints import DeltaCheckpointStore
-from lakesink.tables.format import HIDDEN_PREFIX, VISIBLE
 
 __all__ = ["FULL", "Scale", "group_section", "history_section", "main", "measure_group"]
 
@@ -348,7 +347,7 @@ def _group(
             )
 
         def apart() -> dict[str, float]:
-            return {"apart": timed(lambda: [_aggregate(_latest(spark, p)) for p in paths])}
+            return {"apart": timed(lambda: [_aggregate(latest_committed(spark, p)) for p in paths])}
 
         def at_cut() -> dict[str, float]:
             return {"at_cut": timed(lambda: [_aggregate(f) for f in committed(spark, *paths)])}
@@ -360,13 +359,6 @@ def _group(
             sink.close()
     workspace.drop(folder)
     return GroupPoint(mode=mode, tables=count, rows=size * checkpoints, **timings)
-
-
-def _latest(spark: SparkSession, path: str) -> DataFrame:
-    """A table's committed rows at its latest version, not at the group's cut."""
-    table = spark.read.format("delta").load(path)
-    user = [c for c in table.columns if not c.startswith(HIDDEN_PREFIX)]
-    return table.where(F.col(VISIBLE)).select(*user)
 
 
 def history_section(points: Sequence[HistoryPoint]) -> Section:
