@@ -8,10 +8,12 @@ validation reports given and not, a vacuumed abort, and two sinks.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 from lakesink.core import TxnState
 from lakesink.delta.journal import fold, journal_events
+from lakesink.tables.deltars import COMPACT_EVERY, delta_table
 from lakesink.tables.journal import Journal, JournalEntry, read_transactions
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
@@ -84,3 +86,37 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
     assert ours[1].vacuumed and ours[1].last_error == "late"
     assert ours[4].restored and not ours[4].vacuumed
     assert read_transactions(journal.path, "orders", writer_id="w9") == []
+
+
+def test_a_journal_appended_by_writers_at_once_is_compacted_and_loses_no_event(lake):
+    """Each append is a file; an append that leaves more than ``COMPACT_EVERY`` merges
+    them. Four writers append one event a commit at once, across the compaction: every
+    event reads back once, and the table keeps at most ``COMPACT_EVERY`` files."""
+    path = f"{lake}/journal"
+    Journal(path)  # version 0
+    per_writer = COMPACT_EVERY // 4 + 10
+
+    def writer(index: int) -> None:
+        journal = Journal(path)
+        for n in range(per_writer):
+            txn = f"w{index}-{n}"
+            journal.record(
+                JournalEntry(
+                    sink_id="orders",
+                    table_path="/data/orders",
+                    checkpoint_id=n,
+                    txn_id=txn,
+                    writer_id=str(index),
+                    state=TxnState.OPEN,
+                    event_time=T0,
+                )
+            )
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(writer, range(4)))
+
+    table = delta_table(path)
+    assert "OPTIMIZE" in [c["operation"] for c in table.history()]
+    assert table.get_add_actions(flatten=True).num_rows <= COMPACT_EVERY < 4 * per_writer
+    txns = [s.txn_id for s in read_transactions(path, "orders")]
+    assert sorted(txns) == sorted(f"w{i}-{n}" for i in range(4) for n in range(per_writer))

@@ -21,13 +21,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from lakesink.core.cut import Cut, CutStore, CutTable
 from lakesink.errors import ConfigurationError
 from lakesink.storage.files import is_delta_table
 from lakesink.storage.location import join, parent, relative_to_parent, resolve_relative
 from lakesink.tables.deltars import (
+    append_table,
     delta_table,
     ensure_log_table,
     read_log_rows,
@@ -87,8 +88,7 @@ class DeltaCutStore(CutStore):
             },
             schema=CUTS_SCHEMA,
         )
-        table = self._table()
-        write_deltalake(table, rows, mode="append")
+        append_table(self._table(), self.path, rows)
         log.info(
             "cut of group %s at checkpoint %d: %s",
             cut.group_id,

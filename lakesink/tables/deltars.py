@@ -6,8 +6,9 @@
   checkpoint journals two or three events per sink. delta-rs commits the same blind append
   in tens of milliseconds. Both write the tables' protocol (reader 1, writer 2,
   append-only) and commit by creating the next log file only if it is absent, so Spark and
-  delta-rs processes append to one table at once safely; the tables are still created by
-  Spark.
+  delta-rs processes append to one table at once safely. Each append is a file, and a read
+  opens every file (2.5 ms each: a journal of 1,000 checkpoints took 2.5 s to read), so an
+  append that leaves more than ``COMPACT_EVERY`` files merges them into one (``compact``).
 - **Reads of a table's log**: the data files of given partitions with their row counts,
   a partition's file count. Through delta-spark
   each costs Spark jobs (a state reconstruction; a scan of the files).
@@ -50,8 +51,10 @@ from lakesink.tables.format import (
 from lakesink.tables.history import read_history
 
 __all__ = [
+    "COMPACT_EVERY",
     "PartitionFiles",
     "append_rows",
+    "append_table",
     "arrow_dataset",
     "delta_table",
     "ensure_log_table",
@@ -64,6 +67,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The files one of lakesink's small tables may have before an append compacts them.
+COMPACT_EVERY = 100
 
 
 def append_rows(path: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -81,9 +87,40 @@ def append_rows(path: str, rows: Sequence[tuple[Any, ...]]) -> None:
         [pa.array(column, type=f.type) for column, f in zip(columns, schema, strict=True)],
         schema=schema,
     )
+    append_table(table, path, data)
+
+
+def append_table(table: DeltaTable, path: str, data: pa.Table) -> None:
+    """Append ``data`` to one of lakesink's small tables (``table``, at ``path``) in one
+    commit; then compact the table if it has more than ``COMPACT_EVERY`` files."""
     with translated(path):
         write_deltalake(table, data, mode="append")
-    log.debug("appended %d row(s) to %s (version %d)", len(rows), path, table.version())
+    log.debug("appended %d row(s) to %s (version %d)", data.num_rows, path, table.version())
+    if len(table.file_uris()) > COMPACT_EVERY:  # the snapshot the append left: no read
+        compact(table, path)
+
+
+def compact(table: DeltaTable, path: str) -> None:
+    """Merge the small table's files into as few as Delta's target size allows.
+
+    An OPTIMIZE changes no data (an append-only table allows it), and appends committed
+    meanwhile do not conflict with it. It is an optimization only: the append before it is
+    committed whatever happens here, so a failure (another appender compacting the same
+    files at once, or appends winning every one of delta-rs's tries at the next version)
+    is logged, and the next append tries again.
+    """
+    try:
+        with translated(path):
+            metrics = table.optimize.compact()
+    except Exception as exc:  # an optimization: the append above stands (see the docstring)
+        log.info("did not compact %s (the next append will try): %s", path, exc)
+        return
+    log.info(
+        "compacted %s: %d file(s) into %d",
+        path,
+        metrics["numFilesRemoved"],
+        metrics["numFilesAdded"],
+    )
 
 
 def ensure_log_table(
