@@ -14,11 +14,14 @@ and half a second's pause before it (the values then are the base of each growth
   libraries.
 
 In local mode the driver and the executors are one JVM, so the JVM's figures are both
-together; on a cluster they would be the driver's alone. Where the kernel allows it, each
-process's high-water mark (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` before the
-action) stands in for the resident-set peak when it is higher than every sample (a peak
-shorter than 20 ms). The heap's peak is what was in use, garbage included, when sampled:
-it shows how much an action allocates between collections as well as what it keeps.
+together; on a cluster they are the driver's alone, and a fourth measure is sampled: the
+executors' resident sets summed (``VmRSS`` of each executor JVM of the application on this
+machine, a sum of samples taken together, so its peak is never two peaks added). Where the
+kernel allows it, each process's high-water mark (``VmHWM``, reset through
+``/proc/<pid>/clear_refs`` before the action) stands in for the resident-set peak when it
+is higher than every sample (a peak shorter than 20 ms). The heap's peak is what was in
+use, garbage included, when sampled: it shows how much an action allocates between
+collections as well as what it keeps.
 
 Each repetition does the three actions in alternating order, in fresh tables; every
 figure is the median of the repetitions' peaks, and each peak's ratio is to the append's.
@@ -31,7 +34,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +42,8 @@ from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
 from benchmarks.harness import (
+    Folders,
     Timing,
-    Workspace,
     alternate,
     cached_rows,
     check_rows,
@@ -83,17 +86,21 @@ class MemorySampler:
     """Samples the JVM's heap in use and both processes' resident sets while an action runs.
 
     Args:
-        spark: A local session (its driver and executors are one JVM).
+        spark: The session (in local mode its driver and executors are one JVM).
         every_s: Seconds between samples.
+        executors: The pids of the application's executor JVMs, if they run apart.
     """
 
-    def __init__(self, spark: SparkSession, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self, spark: SparkSession, every_s: float = EVERY_S, executors: Sequence[int] = ()
+    ) -> None:
         jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
         assert jvm is not None
         self._jvm = jvm
         self._bean = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
         self.jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
         self._every_s = every_s
+        self._executors = tuple(executors)
 
     def measure(self, action: Callable[[], object]) -> Peaks:
         """Run ``action`` once, collecting garbage first; its peaks and seconds."""
@@ -135,11 +142,14 @@ class MemorySampler:
         )
 
     def _sample(self) -> dict[str, float]:
-        return {
+        found = {
             "heap": float(self._bean.getHeapMemoryUsage().getUsed()),
             "jvm_rss": _status(self.jvm_pid, "VmRSS"),
             "python_rss": _status(os.getpid(), "VmRSS"),
         }
+        if self._executors:
+            found["executors_rss"] = sum(_status(pid, "VmRSS") for pid in self._executors)
+        return found
 
 
 def _status(pid: int, field: str) -> float:
@@ -173,10 +183,17 @@ class MemoryPoint:
     high_water_marks: bool
 
 
-def measure(spark: SparkSession, workspace: Workspace, rows: int, repetitions: int) -> MemoryPoint:
-    """The peaks of an idempotent append and of a checkpoint in each mode, of ``rows`` rows."""
+def measure(
+    spark: SparkSession,
+    workspace: Folders,
+    rows: int,
+    repetitions: int,
+    executors: Sequence[int] = (),
+) -> MemoryPoint:
+    """The peaks of an idempotent append and of a checkpoint in each mode, of ``rows`` rows
+    (and the executors', given the pids of their JVMs when they run apart)."""
     data = cached_rows(spark, rows)
-    sampler = MemorySampler(spark)
+    sampler = MemorySampler(spark, executors=executors)
     counts: list[int] = []
     marks: list[bool] = []
 
@@ -204,7 +221,7 @@ def measure(spark: SparkSession, workspace: Workspace, rows: int, repetitions: i
             counts.append(peaks.samples)
             marks.append(peaks.high_water_marks)
             figures = {f"{name}_seconds": peaks.seconds}
-            for measure in MEASURES:
+            for measure in peaks.peak:
                 figures[f"{name}_{measure}_peak"] = peaks.peak[measure]
                 figures[f"{name}_{measure}_growth"] = peaks.peak[measure] - peaks.before[measure]
             return figures

@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Column", "Section", "render_text", "write_json", "write_png"]
+__all__ = ["Column", "Section", "read_json", "render_text", "write_json", "write_png"]
 
 Kind = Literal["int", "seconds", "ms", "ratio", "text"]
 Row = dict[str, Any]
@@ -58,15 +58,16 @@ def _cell(value: object, kind: Kind) -> str:
     return str(value)
 
 
-def render_text(header: Row, sections: Sequence[Section]) -> str:
-    """The whole report as Markdown: the machine, then a table per section."""
+def render_text(header: Row, sections: Sequence[Section], first: int = 1) -> str:
+    """The whole report as Markdown: the machine, then a table per section (numbered from
+    ``first``)."""
     lines = [
         f"lakesink benchmarks, {header['mode']} run, {header['machine']['date']}",
         "",
         "; ".join(_machine_facts(header)) + ".",
         " ".join(_run_facts(header)),
     ]
-    for number, section in enumerate(sections, 1):
+    for number, section in enumerate(sections, first):
         lines += ["", f"{number}. {section.title} (ratios: {section.baseline})", ""]
         lines.append("| " + " | ".join(c.header for c in section.columns) + " |")
         lines.append("|" + "|".join("---:" for _ in section.columns) + "|")
@@ -95,6 +96,8 @@ def _run_facts(header: Row) -> list[str]:
         f" (median {load['median_1m']:.1f}).",
         f"The run took {header['duration_s']:.0f} s.",
     ]
+    if header.get("place"):
+        facts.append(f"Ran on {header['place']}.")
     if header.get("conf"):
         facts.append(f"Extra Spark settings: {header['conf']}.")
     if header.get("object_store"):
@@ -107,6 +110,14 @@ def write_json(path: Path, header: Row, sections: Sequence[Section]) -> None:
     """The header and every section's rows, machine-readable."""
     document = {**header, "sections": {s.key: asdict(s) for s in sections}}
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> tuple[Row, Section]:
+    """The header and the one section of a report ``write_json`` wrote."""
+    document = json.loads(path.read_text())
+    [section] = document.pop("sections").values()
+    columns = tuple(Column(**column) for column in section.pop("columns"))
+    return document, Section(**{**section, "columns": columns, "rows": tuple(section["rows"])})
 
 
 def write_png(path: Path, header: Row, sections: Sequence[Section]) -> None:

@@ -70,6 +70,7 @@ from benchmarks import (
 )
 from benchmarks.harness import (
     REPO,
+    Folders,
     LoadSampler,
     Workspace,
     cached_rows,
@@ -331,7 +332,7 @@ def run(
     return [found[key] for key in SECTIONS if key in sections]
 
 
-def warm_up(spark: SparkSession, workspace: Workspace) -> None:
+def warm_up(spark: SparkSession, workspace: Folders) -> None:
     """One untimed round of everything, so the JVM's first-use costs are not measured."""
     folder = workspace.folder("warm-up")
     rows = cached_rows(spark, 1_000)

@@ -3,8 +3,9 @@
     python -m benchmarks.scale                           # every curve at its full sizes
     python -m benchmarks.scale --history 10 100 --tables 2 5 --out DIR
 
-Each curve is measured in one Spark session (``local[*]``) and each figure against a
-baseline timed in the same run, medians of ``--repetitions``:
+Each curve is measured in a Spark session on ``local[*]`` (curve ``cluster_rows``: on a
+cluster) and each figure against a baseline timed in the same run, medians of
+``--repetitions``:
 
 1. **Checkpoints of history** (``--history``): a table of each commit mode grows through
    its sink, one checkpoint of ``--history-rows`` rows (one file) at a time. At each
@@ -25,9 +26,21 @@ baseline timed in the same run, medians of ``--repetitions``:
    over every table read at the group's one cut (``lakesink.committed(spark, *paths)``)
    against the same aggregates on each table's latest version, read apart. Linear growth
    is a flat commit time per table.
+3. **Rows a checkpoint** (``--rows``, and ``--cluster-rows`` for curve ``cluster_rows``):
+   section 13's measurement of ``make bench`` (``benchmarks.memory``) at each size: a whole
+   checkpoint in each mode against Delta's idempotent append of the same cached rows, with
+   the peak resident sets while each ran. ``cluster_rows`` runs it on a Spark standalone
+   cluster started here (two workers, an executor of one core each) with its tables on the
+   S3 server started here, and samples the executors' resident sets too; its JVM must start
+   with that master and the S3 connector, so it runs in a process of its own.
+4. **Writers of one table** (``--writers``): that many writer processes, each its own Spark
+   driver, commit ``--writer-checkpoints`` checkpoints of ``--writer-rows`` rows each into
+   one table (``benchmarks.writers``): rows committed a second against one writer's, the
+   conflicts retried, and every row once.
 
-The report goes to ``OUT/scale.json``, a figure per curve (``OUT/scale-history.png``,
-``OUT/scale-group.png``) and, with ``--page``, into the section of ``docs/benchmarks.md``
+Each curve's report goes to ``OUT/scale-<curve>.json`` with its own run's header, and its
+figure to ``OUT/scale-<curve>.png``; a run of some ``--curves`` leaves the others'.
+``--page`` writes every curve found in ``OUT`` into the section of ``docs/benchmarks.md``
 between its ``bench-scale`` markers.
 """
 
@@ -37,6 +50,8 @@ import argparse
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -45,11 +60,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from servers.cluster import executor_pids, free_port, start_cluster, stop_cluster
 
+from benchmarks import memory, object_store, writers
 from benchmarks.harness import (
     REPO,
     BenchmarkError,
+    Folders,
     LoadSampler,
+    ObjectStoreWorkspace,
     Timing,
     Workspace,
     alternate,
@@ -64,19 +83,35 @@ from benchmarks.harness import (
     timed,
     timing_publish,
 )
+from benchmarks.memory import MemoryPoint
 from benchmarks.reader import QUERIES, same_rows
-from benchmarks.report import Column, Row, Section, render_text, write_json
+from benchmarks.report import Column, Row, Section, read_json, render_text, write_json
 from benchmarks.run import warm_up
 from lakesink.core import CheckpointCoordinator
 from lakesink.core.hook import step_hook
 from lakesink.delta.sink import DeltaSink
+from lakesink.jvm import delta_jars
 from lakesink.ops.status import sink_status
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers.spark import committed
 from lakesink.spark.session import spark_session
 from lakesink.tables.checkpoints import DeltaCheckpointStore
 
-__all__ = ["FULL", "Scale", "group_section", "history_section", "main", "measure_group"]
+__all__ = [
+    "CURVES",
+    "FULL",
+    "Scale",
+    "group_section",
+    "history_section",
+    "main",
+    "measure_group",
+    "measure_history",
+    "measure_rows",
+    "page_text",
+    "rows_section",
+    "write_figure",
+    "write_page",
+]
 
 log = logging.getLogger("benchmarks")
 
@@ -94,6 +129,12 @@ class Scale:
         history_rows: Rows a checkpoint in curve 1.
         tables: Tables of the group at each point of curve 2.
         group_rows: Rows a table and checkpoint in curve 2.
+        rows: Rows a checkpoint at each point of curve 3, local.
+        cluster_rows: The same, on the cluster with its tables on the S3 server.
+        cluster_repetitions: Repetitions behind each median on the cluster.
+        writers: Writer processes of one table at each point of curve 4.
+        writer_checkpoints: Checkpoints each writer commits.
+        writer_rows: Rows a writer's checkpoint.
         modes: The commit modes each curve is measured in.
         repetitions: Timed repetitions behind each median.
     """
@@ -102,6 +143,12 @@ class Scale:
     history_rows: int
     tables: tuple[int, ...]
     group_rows: int
+    rows: tuple[int, ...]
+    cluster_rows: tuple[int, ...]
+    cluster_repetitions: int
+    writers: tuple[int, ...]
+    writer_checkpoints: int
+    writer_rows: int
     modes: tuple[str, ...]
     repetitions: int
 
@@ -111,9 +158,25 @@ FULL = Scale(
     history_rows=1_000,
     tables=(2, 5, 20),
     group_rows=100_000,
+    rows=(10_000, 100_000, 1_000_000, 10_000_000),
+    cluster_rows=(100_000_000,),
+    cluster_repetitions=1,
+    writers=(1, 2, 4, 8),
+    writer_checkpoints=5,
+    writer_rows=100_000,
     modes=MODES,
     repetitions=3,
 )
+#: The sizes each curve's report names.
+SIZES = {
+    "history": ("history", "history_rows", "modes", "repetitions"),
+    "group": ("tables", "group_rows", "modes", "repetitions"),
+    "rows": ("rows", "repetitions"),
+    "cluster_rows": ("cluster_rows", "cluster_repetitions"),
+    "writers": ("writers", "writer_checkpoints", "writer_rows", "modes"),
+}
+# The executors of the cluster's point: 100M rows of four columns, cached, spill to disk.
+CLUSTER_MEMORY, EXECUTOR_MEMORY = "6g", "5g"
 
 
 @dataclass(frozen=True)
@@ -201,7 +264,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def measure_history(spark: SparkSession, workspace: Workspace, scale: Scale) -> list[HistoryPoint]:
+def measure_history(spark: SparkSession, workspace: Folders, scale: Scale) -> list[HistoryPoint]:
     """Curve 1, for a table of each commit mode."""
     rows = cached_rows(spark, scale.history_rows)
     points = []
@@ -282,7 +345,7 @@ def _commit_phase() -> Iterator[list[float]]:
         yield marks
 
 
-def measure_group(spark: SparkSession, workspace: Workspace, scale: Scale) -> list[GroupPoint]:
+def measure_group(spark: SparkSession, workspace: Folders, scale: Scale) -> list[GroupPoint]:
     """Curve 2, for groups of each commit mode."""
     rows = cached_rows(spark, scale.group_rows)
     points = []
@@ -296,7 +359,7 @@ def measure_group(spark: SparkSession, workspace: Workspace, scale: Scale) -> li
 
 def _group(
     spark: SparkSession,
-    workspace: Workspace,
+    workspace: Folders,
     rows: DataFrame,
     count: int,
     mode: str,
@@ -467,54 +530,170 @@ def group_section(points: Sequence[GroupPoint]) -> Section:
     )
 
 
-def write_figures(out: Path, sections: Sequence[Section]) -> list[Path]:
-    """A figure per curve: each figure's growth (or ratio) against the curve's x axis."""
+@dataclass(frozen=True)
+class RowsPoint:
+    """Curve 3 at one size: a checkpoint in each mode against Delta's idempotent append of
+    the same rows, with each side's peak memory (``benchmarks.memory``)."""
+
+    place: str  # where it ran: the master and the store
+    point: MemoryPoint
+
+
+def measure_rows(
+    spark: SparkSession, folders: Folders, sizes: Sequence[int], repetitions: int, place: str
+) -> list[RowsPoint]:
+    """Curve 3 at each size, in ``spark`` (its executors sampled when they run apart)."""
+    app_id = spark.sparkContext.applicationId
+    executors = sorted(executor_pids(app_id).values()) if place != LOCAL else []
+    points = []
+    for rows in sizes:
+        log.info("rows: %d rows a checkpoint (%s)", rows, place)
+        point = memory.measure(spark, folders, rows, repetitions, executors)
+        points.append(RowsPoint(place, point))
+    return points
+
+
+def rows_section(points: Sequence[RowsPoint], key: str = "rows") -> Section:
+    """Curve 3 as a table: each checkpoint's time and peaks against the append's."""
+
+    def mib(t: dict[str, Timing], name: str) -> float | None:
+        return round(t[name].median / memory.MIB) if name in t else None
+
+    rows: list[Row] = []
+    for p in points:
+        t = p.point.timings
+        append = t["append_seconds"].median
+        rows.append(
+            {
+                "place": p.place,
+                "rows": p.point.rows,
+                "append_s": append,
+                "merge_s": t["merge_seconds"].median,
+                "merge_ratio": t["merge_seconds"].median / append,
+                "metadata_s": t["metadata_seconds"].median,
+                "metadata_ratio": t["metadata_seconds"].median / append,
+                **{
+                    f"{side}_{measure}_mib": mib(t, f"{side}_{measure}_peak")
+                    for side in memory.SIDES
+                    for measure in ("jvm_rss", "executors_rss")
+                },
+                "samples": {name: list(timing.samples) for name, timing in t.items()},
+            }
+        )
+    return Section(
+        key=key,
+        title="Rows a checkpoint" + (" on the cluster" if key != "rows" else ""),
+        baseline="x Delta's idempotent append (txnAppId/txnVersion) of the same rows; "
+        "peaks: resident sets (MiB) while each ran",
+        columns=(
+            Column("place", "where", "text"),
+            Column("rows", "rows", "int"),
+            Column("append_s", "idempotent append", "seconds"),
+            Column("merge_s", "checkpoint, MERGE", "seconds"),
+            Column("merge_ratio", "ratio", "ratio"),
+            Column("metadata_s", "checkpoint, metadata", "seconds"),
+            Column("metadata_ratio", "ratio", "ratio"),
+            Column("append_jvm_rss_mib", "driver JVM peak, append (MiB)", "int"),
+            Column("merge_jvm_rss_mib", "driver JVM peak, MERGE", "int"),
+            Column("metadata_jvm_rss_mib", "driver JVM peak, metadata", "int"),
+            Column("append_executors_rss_mib", "executors' peak, append", "int"),
+            Column("merge_executors_rss_mib", "executors' peak, MERGE", "int"),
+            Column("metadata_executors_rss_mib", "executors' peak, metadata", "int"),
+        ),
+        rows=tuple(rows),
+    )
+
+
+#: Each curve's figure: its x axis, and its two panels' lines (column keys) and y labels.
+FIGURES: dict[str, tuple[str, tuple[tuple[tuple[str, ...], str], ...]]] = {
+    "history": (
+        "checkpoints",
+        (
+            (
+                ("commit_growth", "publish_growth", "status_growth", "opening_growth"),
+                "x its figure at the first point",
+            ),
+            (
+                (
+                    "view_ratio",
+                    "published_ratio",
+                    "view_vacuumed_ratio",
+                    "published_vacuumed_ratio",
+                ),
+                "x a plain table of the same rows",
+            ),
+        ),
+    ),
+    "group": (
+        "tables",
+        (
+            (("commit_per_table_s",), "seconds a table"),
+            (("checkpoint_ratio", "cut_ratio"), "x the baseline"),
+        ),
+    ),
+    "rows": (
+        "rows",
+        (
+            (("merge_ratio", "metadata_ratio"), "x Delta's idempotent append"),
+            (
+                ("append_jvm_rss_mib", "merge_jvm_rss_mib", "metadata_jvm_rss_mib"),
+                "driver JVM peak resident set (MiB)",
+            ),
+        ),
+    ),
+    "writers": (
+        "writers",
+        (
+            (("speedup",), "x one writer's rows a second"),
+            (("conflicts_retried",), "conflicts retried"),
+        ),
+    ),
+}
+FIGURES["cluster_rows"] = (
+    "rows",
+    (
+        FIGURES["rows"][1][0],
+        (
+            ("merge_jvm_rss_mib", "merge_executors_rss_mib", "append_executors_rss_mib"),
+            "peak resident set (MiB)",
+        ),
+    ),
+)
+
+
+def write_figure(out: Path, section: Section) -> Path:
+    """The curve's figure: each line against the curve's x axis, one per commit mode where
+    the section has a mode column."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = {
-        "history": (
-            "checkpoints",
-            ("commit_growth", "publish_growth", "status_growth", "opening_growth"),
-            ("view_ratio", "published_ratio", "view_vacuumed_ratio", "published_vacuumed_ratio"),
-            ("x its figure at the first point", "x a plain table of the same rows"),
-        ),
-        "group": (
-            "tables",
-            ("commit_per_table_s",),
-            ("checkpoint_ratio", "cut_ratio"),
-            ("seconds a table", "x the baseline"),
-        ),
-    }
-    written = []
-    for section in sections:
-        axis, left, right, labels = lines[section.key]
-        headers = {c.key: c.header for c in section.columns}
-        figure, axes = plt.subplots(1, 2, figsize=(14, 5))
-        for ax, keys, label in zip(axes, (left, right), labels, strict=True):
-            for mode in MODES:
-                points = [r for r in section.rows if r["mode"] == mode]
-                for key in keys:
-                    ax.plot(
-                        [r[axis] for r in points],
-                        [r[key] for r in points],
-                        marker="o",
-                        label=f"{_header(headers, key)} ({mode})",
-                    )
-            ax.set_xscale("log")
-            ax.set_xlabel(axis)
-            ax.set_ylabel(label)
-            ax.legend(fontsize=8)
-            ax.grid(True, alpha=0.3)
-        figure.suptitle(f"lakesink: {section.title.lower()} ({section.baseline})", fontsize=10)
-        figure.tight_layout()
-        path = out / f"scale-{section.key}.png"
-        figure.savefig(path, dpi=100)
-        plt.close(figure)
-        written.append(path)
-    return written
+    axis, panels = FIGURES[section.key]
+    headers = {c.key: c.header for c in section.columns}
+    modes = sorted({r["mode"] for r in section.rows}) if "mode" in headers else [None]
+    figure, axes = plt.subplots(1, len(panels), figsize=(14, 5))
+    for ax, (keys, label) in zip(axes, panels, strict=True):
+        for mode in modes:
+            points = [r for r in section.rows if mode is None or r["mode"] == mode]
+            for key in keys:
+                ax.plot(
+                    [r[axis] for r in points],
+                    [r[key] for r in points],
+                    marker="o",
+                    label=_header(headers, key) + (f" ({mode})" if mode else ""),
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    figure.suptitle(f"lakesink: {section.title.lower()} ({section.baseline})", fontsize=10)
+    figure.tight_layout()
+    path = out / f"scale-{section.key}.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
 def _header(headers: dict[str, str], key: str) -> str:
@@ -523,8 +702,8 @@ def _header(headers: dict[str, str], key: str) -> str:
     return headers.get(f"{stem}_s", headers[key]) if key.endswith("_growth") else headers[key]
 
 
-def write_page(page: Path, text: str, figures: Sequence[Path]) -> None:
-    """Put the report and its figures between the page's ``bench-scale`` markers.
+def write_page(page: Path, text: str) -> None:
+    """Put ``text`` between the page's ``bench-scale`` markers.
 
     Raises:
         BenchmarkError: The page has no such markers.
@@ -533,15 +712,102 @@ def write_page(page: Path, text: str, figures: Sequence[Path]) -> None:
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(content):
         raise BenchmarkError(f"{page} has no {BEGIN} ... {END} section to write into")
-    images = "\n".join(f"![{f.stem}]({os.path.relpath(f, page.parent)})" for f in figures)
-    section = f"{BEGIN}\n{text}\n\n{images}\n{END}"
-    page.write_text(pattern.sub(lambda _: section, content))
+    page.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", content))
 
 
-CURVES: dict[str, Callable[[SparkSession, Workspace, Scale], Section]] = {
-    "history": lambda spark, ws, scale: history_section(measure_history(spark, ws, scale)),
-    "group": lambda spark, ws, scale: group_section(measure_group(spark, ws, scale)),
+def page_text(out: Path, page: Path) -> str:
+    """Every curve measured into ``out`` (its ``scale-<curve>.json``), in the curves'
+    order, each with its run's machine and date, then its figure (linked from ``page``)."""
+    blocks: list[str] = []
+    for key in CURVES:
+        report = out / f"scale-{key}.json"
+        if not report.is_file():
+            continue
+        header, section = read_json(report)
+        figure = os.path.relpath(out / f"scale-{key}.png", page.parent)
+        number = len(blocks) + 1
+        blocks.append(f"{render_text(header, [section], first=number)}\n\n![scale-{key}]({figure})")
+    return "\n\n".join(blocks)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a curve runs: its session and its tables' folders."""
+
+    spark: SparkSession
+    folders: Folders
+    name: str
+
+
+Curve = Callable[[Place, Scale], Section]
+
+CURVES: dict[str, Curve] = {
+    "history": lambda at, scale: history_section(measure_history(at.spark, at.folders, scale)),
+    "group": lambda at, scale: group_section(measure_group(at.spark, at.folders, scale)),
+    "rows": lambda at, scale: rows_section(
+        measure_rows(at.spark, at.folders, scale.rows, scale.repetitions, at.name)
+    ),
+    "cluster_rows": lambda at, scale: rows_section(
+        measure_rows(at.spark, at.folders, scale.cluster_rows, scale.cluster_repetitions, at.name),
+        key="cluster_rows",
+    ),
+    "writers": lambda at, scale: writers.writers_section(
+        writers.measure(
+            at.spark,
+            at.folders,
+            scale.writers,
+            scale.writer_checkpoints,
+            scale.writer_rows,
+            scale.modes,
+        )
+    ),
 }
+#: The curves that run on the standalone cluster, its tables on the S3 server.
+ON_CLUSTER = ("cluster_rows",)
+LOCAL = "local[*], local disk"
+
+
+@contextmanager
+def _place(on_cluster: bool, workspace: Workspace, work: Path) -> Iterator[Place]:
+    """A session of its own for the curves: ``local[*]`` with tables on local disk, or the
+    standalone cluster (two workers, each an executor of one core) with tables on the S3
+    server, both started here and stopped after."""
+    with ExitStack() as stack:
+        server, master, conf = None, None, {"spark.ui.enabled": "false"}
+        if on_cluster:
+            server = stack.enter_context(object_store.s3_server(workspace))
+            stack.enter_context(server.exported())  # for delta-rs: lakesink's log commits
+            cluster = start_cluster(work / "cluster", port=free_port(), memory=CLUSTER_MEMORY)
+            stack.callback(stop_cluster, cluster.directory)
+            master = cluster.master_url
+            # Every node is this machine: the executors read Delta's and S3's jars in place
+            # from their class path, as the clusters guide's spark-submit line has them.
+            jars = [str(jar) for jar in delta_jars()] + server.storage_options().spark_class_path()
+            conf |= {
+                "spark.executor.memory": EXECUTOR_MEMORY,
+                "spark.driver.memory": "4g",
+                "spark.executor.extraClassPath": os.pathsep.join(jars),
+            }
+        spark = spark_session(
+            master=master,
+            app_name="lakesink-bench-scale",
+            conf={**conf, "spark.sql.session.timeZone": "UTC"},
+            ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
+            storage=server.storage_options() if server else None,
+        )
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
+        if server is None:
+            yield Place(spark, workspace, LOCAL)
+        else:
+            root = f"s3a://{object_store.BUCKET}/bench-scale"
+            folders = ObjectStoreWorkspace(root, server.storage_options())
+            yield Place(
+                spark,
+                folders,
+                f"Spark standalone cluster (2 workers, an executor of 1 core and "
+                f"{EXECUTOR_MEMORY} each), tables on the S3 server (SeaweedFS)",
+            )
 
 
 def _spelled(values: Sequence[int]) -> str:
@@ -549,6 +815,7 @@ def _spelled(values: Sequence[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--curves",
@@ -558,90 +825,84 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CURVE",
         help=f"measure only these ({', '.join(CURVES)}; default: all)",
     )
-    parser.add_argument(
-        "--history",
-        type=int,
-        nargs="+",
-        help=f"checkpoints at each point (default: {_spelled(FULL.history)})",
-    )
-    parser.add_argument(
-        "--history-rows",
-        type=int,
-        help=f"rows a checkpoint in the history (default: {FULL.history_rows:,})",
-    )
-    parser.add_argument(
-        "--tables",
-        type=int,
-        nargs="+",
-        help=f"tables of each group (default: {_spelled(FULL.tables)})",
-    )
-    parser.add_argument(
-        "--group-rows",
-        type=int,
-        help=f"rows a table and checkpoint (default: {FULL.group_rows:,})",
-    )
+    sizes = {
+        "history": "checkpoints at each point",
+        "history_rows": "rows a checkpoint in the history",
+        "tables": "tables of each group",
+        "group_rows": "rows a table and checkpoint of a group",
+        "rows": "rows a checkpoint, local",
+        "cluster_rows": "rows a checkpoint on the cluster",
+        "cluster_repetitions": "repetitions on the cluster",
+        "writers": "writer processes at each point",
+        "writer_checkpoints": "checkpoints each writer commits",
+        "writer_rows": "rows a writer's checkpoint",
+        "repetitions": "timed repetitions behind a median",
+    }
+    for name, what in sizes.items():
+        default = getattr(FULL, name)
+        many = isinstance(default, tuple)
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=int,
+            nargs="+" if many else None,
+            help=f"{what} (default: {_spelled(default) if many else f'{default:,}'})",
+        )
     parser.add_argument("--modes", nargs="+", choices=MODES, help="commit modes (default: both)")
-    parser.add_argument(
-        "--repetitions",
-        type=int,
-        help=f"timed repetitions behind a median (default: {FULL.repetitions})",
-    )
     parser.add_argument("--out", type=Path, default=REPO / "docs", help="default: docs/")
     parser.add_argument(
         "--page",
         action="store_true",
-        help=f"also write the report into {PAGE.relative_to(REPO)} (its bench-scale section)",
+        help=f"also write every curve in --out into {PAGE.relative_to(REPO)} (its "
+        "bench-scale section)",
     )
     parser.add_argument("--work-dir", help="where the tables go (default: system temp)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("lakesink").setLevel(logging.WARNING)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    given = {
-        "history": tuple(args.history) if args.history else None,
-        "history_rows": args.history_rows,
-        "tables": tuple(args.tables) if args.tables else None,
-        "group_rows": args.group_rows,
-        "modes": tuple(args.modes) if args.modes else None,
-        "repetitions": args.repetitions,
-    }
-    scale = Scale(**{**asdict(FULL), **{k: v for k, v in given.items() if v is not None}})
-    started = time.perf_counter()
-    with ExitStack() as stack:
-        workspace = Workspace(args.work_dir)
-        stack.callback(workspace.close)
-        spark = spark_session(
-            app_name="lakesink-bench-scale",
-            conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
-            ivy_dir=os.environ.get("LAKESINK_IVY_DIR"),
-        )
-        stack.callback(spark.stop)
-        spark.sparkContext.setLogLevel("ERROR")
-        about = machine(spark)
-        warm_up(spark, workspace)
-        with LoadSampler() as load:
-            sections = [CURVES[name](spark, workspace, scale) for name in args.curves]
-    header = {
-        "mode": "scale",
-        "machine": about,
-        "repetitions": scale.repetitions,
-        "suite": asdict(scale),
-        "load": load.summary(),
-        "duration_s": round(time.perf_counter() - started, 1),
-    }
+    given = {name: getattr(args, name) for name in (*sizes, "modes")}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+    scale = Scale(**{**asdict(FULL), **given})
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "scale.json", header, sections)
-    figures = write_figures(args.out, sections)
-    text = render_text(header, sections) + (
-        f"\n\nThis run's sizes: checkpoints of history {_spelled(scale.history)} "
-        f"({scale.history_rows:,} rows each); tables a group {_spelled(scale.tables)} "
-        f"({scale.group_rows:,} rows a table and checkpoint); commit modes "
-        f"{', '.join(scale.modes)}."
-    )
+    here = [c for c in args.curves if c not in ON_CLUSTER]
+    there = [c for c in args.curves if c in ON_CLUSTER]
+    if here and there:
+        # A session's JVM starts once a process, with its master and the S3 connector: the
+        # cluster's curves run in a process of their own (the last --curves wins).
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.scale", *argv, "--curves", *there], check=True
+        )
+        there = []
+    workspace = Workspace(args.work_dir)
+    try:
+        for curves in (c for c in (here, there) if c):
+            with _place(curves is there, workspace, Path(workspace.root)) as at:
+                about = machine(at.spark)
+                warm_up(at.spark, at.folders)
+                for name in curves:
+                    started = time.perf_counter()
+                    with LoadSampler() as load:
+                        section = CURVES[name](at, scale)
+                    header = {
+                        "mode": f"scale ({name})",
+                        "machine": about,
+                        "repetitions": {
+                            "cluster_rows": scale.cluster_repetitions,
+                            "writers": 1,  # each point one run of many checkpoints
+                        }.get(name, scale.repetitions),
+                        "suite": {k: v for k, v in asdict(scale).items() if k in SIZES[name]},
+                        "place": at.name,
+                        "load": load.summary(),
+                        "duration_s": round(time.perf_counter() - started, 1),
+                    }
+                    write_json(args.out / f"scale-{name}.json", header, [section])
+                    write_figure(args.out, section)
+                    print(render_text(header, [section]))
+    finally:
+        workspace.close()
     if args.page:
-        write_page(PAGE, text, figures)
-    print(text)
-    print(f"\nwritten: {args.out / 'scale.json'}, {', '.join(map(str, figures))}")
+        write_page(PAGE, page_text(args.out, PAGE))
+        print(f"\nwritten: {PAGE}")
     return 0
 
 

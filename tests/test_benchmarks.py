@@ -290,25 +290,60 @@ def test_table_and_plot_are_written(quick_run) -> None:
 
 
 def test_the_scale_report_replaces_its_section_of_the_page_and_nothing_else(tmp_path) -> None:
-    """``make bench-scale`` writes its report between the page's markers (make test runs
-    none of its curves: hours); a page without them is named, not written."""
+    """``make bench-scale`` writes every curve measured into its folder (each run of
+    ``--curves`` leaves the others' reports) between the page's markers, each curve with
+    its own run's header and figure (make test runs none of its curves: hours); a page
+    without the markers is named, not written."""
     from benchmarks.harness import BenchmarkError
-    from benchmarks.scale import BEGIN, END, write_page
+    from benchmarks.report import Column, Section, write_json
+    from benchmarks.scale import BEGIN, END, page_text, write_page
 
+    out = tmp_path / "out"
+    out.mkdir()
     page = tmp_path / "benchmarks.md"
     page.write_text(f"# Benchmarks\n\nbefore\n\n{BEGIN}\nan older run\n{END}\n\nafter\n")
-    figure = tmp_path / "scale-history.png"
-    for run in ("the first run", "the second run"):
-        write_page(page, run, [figure])
-        text = page.read_text()
-        assert text == (
-            f"# Benchmarks\n\nbefore\n\n{BEGIN}\n{run}\n\n"
-            f"![scale-history](scale-history.png)\n{END}\n\nafter\n"
-        )
+
+    def run(key: str, seconds: float) -> None:
+        header = {
+            "mode": f"scale ({key})",
+            "machine": {
+                "date": "2026-12-02 17:00 UTC",
+                "cpu": "cpu",
+                "cores": 2,
+                "memory_gib": 24,
+                "os": "Linux",
+                "python": "3.11",
+                "java": "17",
+                "pyspark": "4",
+                "delta_spark": "4",
+                "spark_master": "local[*]",
+                "lakesink_commit": "abc",
+            },
+            "repetitions": 3,
+            "load": {"min_1m": 1.0, "median_1m": 1.5, "max_1m": 2.0},
+            "duration_s": seconds,
+        }
+        column = Column("seconds", "time", "seconds")
+        section = Section(key, f"curve {key}", "x nothing", (column,), ({"seconds": seconds},))
+        write_json(out / f"scale-{key}.json", header, [section])
+
+    run("writers", 4.0)
+    run("history", 1.0)
+    for text in ("", "the second time"):
+        write_page(page, page_text(out, page) + text)
+        content = page.read_text()
+        assert content.startswith(f"# Benchmarks\n\nbefore\n\n{BEGIN}\n")
+        assert content.endswith(f"{text}\n{END}\n\nafter\n")
+        assert "an older run" not in content
+        # In the curves' order, numbered, each with its figure.
+        history, writers = content.index("1. curve history"), content.index("2. curve writers")
+        assert history < content.index("(out/scale-history.png)") < writers
+        assert writers < content.index("(out/scale-writers.png)")
+        assert "| 1.00 s |" in content and "| 4.00 s |" in content
     bare = tmp_path / "bare.md"
     bare.write_text("# Benchmarks\n")
     with pytest.raises(BenchmarkError, match=r"bare\.md has no"):
-        write_page(bare, "a run", [figure])
+        write_page(bare, "a run")
     assert bare.read_text() == "# Benchmarks\n"
     # The project's own page has the section the make target writes into.
     assert BEGIN in (REPO / "docs/benchmarks.md").read_text()
