@@ -4,7 +4,9 @@ Each commit's MERGE writes its checkpoint's rows into the sink table's committed
 as a new file or two, and each checkpoint appends a small file to the journal (and to a
 job's checkpoint table). Left alone, a table that checkpoints every minute holds thousands
 of tiny files within days and every reader opens them all. Delta's ``OPTIMIZE`` rewrites
-them into few large files.
+them into few large files. (The journal and the checkpoint table also compact themselves
+whenever an append leaves more than ``COMPACT_EVERY`` files, ``lakesink.tables.deltars``:
+``lakesink status`` and a sink's opening read them whole, vacuumed or not.)
 
 Safe while writers run: ``OPTIMIZE`` commits with ``dataChange = false``, which Delta checks
 at snapshot isolation, so files other writers add meanwhile never conflict with it. It
