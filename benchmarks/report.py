@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 __all__ = ["Column", "Section", "read_json", "render_text", "write_json", "write_png"]
 
-Kind = Literal["int", "seconds", "ms", "ratio", "text"]
+Kind = Literal["int", "seconds", "ms", "ratio", "percent", "text"]
 Row = dict[str, Any]
 
 
@@ -55,6 +55,8 @@ def _cell(value: object, kind: Kind) -> str:
         return f"{value * 1000:,.1f} ms"
     if kind == "int":
         return f"{value:,}"
+    if kind == "percent":
+        return f"{value:.0%}"
     return str(value)
 
 

@@ -8,7 +8,9 @@ other. The writers start their sessions and open their sinks first; the clock st
 every one of them is ready (a file each) and the parent lets them go (a file), and stops
 at the last commit of the last writer. Its figure is the rows committed a second, against
 one writer's in the same run; with it, the conflicts the commits retried (the journal's
-attempts) and a check that every row is in the committed view once.
+attempts), how busy the machine's cores were (``/proc/stat``, from the go to the writers'
+exit: what more writers can still use) and a check that every row is in the committed
+view once.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class WritersPoint:
     rows: int  # committed by all of them
     seconds: float  # from the go to the last commit
     conflicts_retried: int
+    cpu_busy: float  # of all the machine's cores, from the go to the writers' exit
 
     @property
     def rows_per_s(self) -> float:
@@ -96,9 +99,10 @@ def _run(
         }
         try:
             _await(processes, lambda: all(Path(signals, f"ready-{n}").exists() for n in names))
-            started = time.time()
+            started, cpu = time.time(), _cpu_times()
             Path(signals, "go").touch()
             outputs = {name: p.communicate(timeout=RUN_S)[0] for name, p in processes.items()}
+            busy, total = (now - then for now, then in zip(_cpu_times(), cpu, strict=True))
         finally:
             for process in processes.values():
                 if process.poll() is None:
@@ -131,7 +135,15 @@ def _run(
         rows=count * checkpoints * rows,
         seconds=ended - started,
         conflicts_retried=sum(t.attempts for t in status.committed),
+        cpu_busy=busy / total,
     )
+
+
+def _cpu_times() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (``/proc/stat``, in clock ticks)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle and waiting for I/O
+    return sum(ticks) - idle, sum(ticks)
 
 
 def _await(processes: dict[str, subprocess.Popen[str]], ready: Callable[[], bool]) -> None:
@@ -159,6 +171,7 @@ def writers_section(points: Sequence[WritersPoint]) -> Section:
             "rows_per_s": round(p.rows_per_s),
             "speedup": p.rows_per_s / one[p.mode] if p.mode in one else None,
             "conflicts_retried": p.conflicts_retried,
+            "cpu_busy": p.cpu_busy,
         }
         for p in points
     ]
@@ -174,6 +187,7 @@ def writers_section(points: Sequence[WritersPoint]) -> Section:
             Column("rows_per_s", "rows a second", "int"),
             Column("speedup", "x one writer", "ratio"),
             Column("conflicts_retried", "conflicts retried", "int"),
+            Column("cpu_busy", "CPU busy (all cores)", "percent"),
         ),
         rows=tuple(rows),
     )
