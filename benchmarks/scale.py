@@ -645,7 +645,7 @@ FIGURES: dict[str, tuple[str, tuple[tuple[tuple[str, ...], str], ...]]] = {
         "writers",
         (
             (("speedup",), "x one writer's rows a second"),
-            (("conflicts_retried",), "conflicts retried"),
+            (("cpu_busy",), "CPU busy, share of all cores"),
         ),
     ),
 }
@@ -661,6 +661,21 @@ FIGURES["cluster_rows"] = (
 )
 
 
+#: Legends where a column's header alone would not say which line it is.
+LEGENDS = {
+    "merge_ratio": "checkpoint, MERGE",
+    "metadata_ratio": "checkpoint, metadata",
+    "append_jvm_rss_mib": "driver JVM peak, append",
+    "append_executors_rss_mib": "executors' peak, append",
+}
+#: The issue's targets, drawn dashed: by curve, a tuple of values for each panel.
+TARGETS: dict[str, tuple[tuple[float, ...], ...]] = {
+    "history": ((1.5,), (1.1,)),
+    "rows": ((1.2, 2.5), ()),
+    "cluster_rows": ((1.2, 2.5), ()),
+}
+
+
 def write_figure(out: Path, section: Section) -> Path:
     """The curve's figure: each line against the curve's x axis, one per commit mode where
     the section has a mode column."""
@@ -673,7 +688,10 @@ def write_figure(out: Path, section: Section) -> Path:
     headers = {c.key: c.header for c in section.columns}
     modes = sorted({r["mode"] for r in section.rows}) if "mode" in headers else [None]
     figure, axes = plt.subplots(1, len(panels), figsize=(14, 5))
-    for ax, (keys, label) in zip(axes, panels, strict=True):
+    targets = TARGETS.get(section.key, ((),) * len(panels))
+    for ax, (keys, label), marks in zip(axes, panels, targets, strict=True):
+        for mark in marks:
+            ax.axhline(mark, color="grey", linestyle="--", linewidth=1, label=f"target {mark}x")
         for mode in modes:
             points = [r for r in section.rows if mode is None or r["mode"] == mode]
             for key in keys:
@@ -681,9 +699,12 @@ def write_figure(out: Path, section: Section) -> Path:
                     [r[axis] for r in points],
                     [r[key] for r in points],
                     marker="o",
-                    label=_header(headers, key) + (f" ({mode})" if mode else ""),
+                    label=LEGENDS.get(key, _header(headers, key)) + (f" ({mode})" if mode else ""),
                 )
         ax.set_xscale("log")
+        ticks = sorted({r[axis] for r in section.rows})
+        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel(axis)
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
