@@ -93,7 +93,9 @@ def _machine_facts(header: Row) -> list[str]:
 def _run_facts(header: Row) -> list[str]:
     load = header["load"]
     facts = [
-        f"Each figure: the median of {header['repetitions']} repetitions.",
+        f"Each figure: the median of {header['repetitions']} repetitions."
+        if header["repetitions"] > 1
+        else "Each figure: one run.",
         f"Load average (1 min) during the run: {load['min_1m']:.1f} to {load['max_1m']:.1f}"
         f" (median {load['median_1m']:.1f}).",
         f"The run took {header['duration_s']:.0f} s.",
