@@ -8,7 +8,7 @@
   append-only) and commit by creating the next log file only if it is absent, so Spark and
   delta-rs processes append to one table at once safely. Each append is a file, and a read
   opens every file (2.5 ms each: a journal of 1,000 checkpoints took 2.5 s to read), so an
-  append that leaves more than ``COMPACT_EVERY`` files merges them into one (``compact``).
+  append that leaves more than ``COMPACT_EVERY`` files merges them into one.
 - **Reads of a table's log**: the data files of given partitions with their row counts,
   a partition's file count. Through delta-spark
   each costs Spark jobs (a state reconstruction; a scan of the files).
@@ -97,10 +97,10 @@ def append_table(table: DeltaTable, path: str, data: pa.Table) -> None:
         write_deltalake(table, data, mode="append")
     log.debug("appended %d row(s) to %s (version %d)", data.num_rows, path, table.version())
     if len(table.file_uris()) > COMPACT_EVERY:  # the snapshot the append left: no read
-        compact(table, path)
+        _compact(table, path)
 
 
-def compact(table: DeltaTable, path: str) -> None:
+def _compact(table: DeltaTable, path: str) -> None:
     """Merge the small table's files into as few as Delta's target size allows.
 
     An OPTIMIZE changes no data (an append-only table allows it), and appends committed
