@@ -130,9 +130,11 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out docs
 
-# How each cost grows with the work: checkpoints of history (10 to 10,000) and tables a
-# group (2 to 20), in both commit modes; the report goes into docs/benchmarks.md ("Cost as
-# the work grows") with a figure per curve. Hours; make test runs none of it.
+# How each cost grows with the work: checkpoints of history (10 to 10,000), tables a group
+# (2 to 20), rows a checkpoint (10k to 10M here, 100M on a standalone cluster with its tables
+# on an S3 server, both started for it) and writers of one table (1 to 8), in both commit
+# modes; each curve's report goes to docs/scale-<curve>.json and into docs/benchmarks.md
+# ("Cost as the work grows") with its figure. Hours; make test runs none of it.
 bench-scale: $(STAMP)
 	$(BIN)/python -m benchmarks.scale --out docs --page
 
