@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from benchmarks.harness import (
     BenchmarkError,
@@ -31,6 +30,7 @@ from benchmarks.harness import (
     latest_committed,
     timed,
 )
+from benchmarks.reader import aggregate
 from benchmarks.report import Column, Section
 from lakesink.core import CheckpointCoordinator, GlobalCommitter
 from lakesink.delta.sink import DeltaSink
@@ -57,10 +57,6 @@ class CutPoint:
     checkpoint: Timing  # a checkpoint of both tables, the cut recorded
     record: Timing  # recording the cut alone
     cut_commits: float  # commits to the cuts table per checkpoint
-
-
-def _aggregate(frame: DataFrame) -> None:
-    frame.groupBy("customer").agg(F.count(F.lit(1)), F.sum("amount"), F.max("ts")).collect()
 
 
 def measure(
@@ -111,17 +107,17 @@ def _measure(
 
     def one() -> dict[str, float]:
         return {
-            "one_latest": timed(lambda: _aggregate(latest_committed(spark, a))),
-            "one_cut": timed(lambda: _aggregate(committed(spark, a))),
+            "one_latest": timed(lambda: aggregate(latest_committed(spark, a))),
+            "one_cut": timed(lambda: aggregate(committed(spark, a))),
         }
 
     def at_one_cut() -> None:
         for frame in committed(spark, a, b):
-            _aggregate(frame)
+            aggregate(frame)
 
     def apart() -> None:
         for path in (a, b):
-            _aggregate(latest_committed(spark, path))
+            aggregate(latest_committed(spark, path))
 
     def two() -> dict[str, float]:
         return {"two_apart": timed(apart), "two_cut": timed(at_one_cut)}

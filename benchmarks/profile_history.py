@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.harness import Workspace, cached_rows, published_rows
+from benchmarks.reader import aggregate
 from benchmarks.run import warm_up
-from benchmarks.scale import MODES, _aggregate, _Growing
+from benchmarks.scale import MODES, GrowingTable
 from lakesink.ops.vacuum import vacuum
 from lakesink.readers.spark import committed
 from lakesink.spark.session import spark_session
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         warm_up(spark, workspace)
         folder = workspace.folder(f"profile-{args.mode}")
-        table = _Growing(spark, f"{folder}/events", cached_rows(spark, 1_000), args.mode)
+        table = GrowingTable(spark, f"{folder}/events", cached_rows(spark, 1_000), args.mode)
         try:
             for count in args.history:
                 table.grow_to(count)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     "published": lambda: published_rows(spark, table.path),
                 }
                 for name, rows in sides.items():
-                    print(f"read {name}: {median_ms(lambda rows=rows: _aggregate(rows())):.0f} ms")
+                    print(f"read {name}: {median_ms(lambda rows=rows: aggregate(rows())):.0f} ms")
                 for name, path in (("plain table", plain), ("table", table.path)):
                     state = snapshot(spark, path)
                     print(

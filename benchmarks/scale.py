@@ -84,7 +84,7 @@ from benchmarks.harness import (
     timing_publish,
 )
 from benchmarks.memory import MemoryPoint
-from benchmarks.reader import QUERIES, same_rows
+from benchmarks.reader import aggregate, same_rows
 from benchmarks.report import Column, Row, Section, read_json, render_text, write_json
 from benchmarks.run import warm_up
 from lakesink.core import CheckpointCoordinator
@@ -100,6 +100,7 @@ from lakesink.tables.checkpoints import DeltaCheckpointStore
 __all__ = [
     "CURVES",
     "FULL",
+    "GrowingTable",
     "Scale",
     "group_section",
     "history_section",
@@ -207,11 +208,7 @@ class GroupPoint:
     at_cut: Timing  # every table at the group's one cut
 
 
-def _aggregate(frame: DataFrame) -> None:
-    QUERIES["aggregate"](frame)
-
-
-class _Growing:
+class GrowingTable:
     """One sink table of ``mode`` grown one checkpoint at a time."""
 
     def __init__(self, spark: SparkSession, path: str, rows: DataFrame, mode: str) -> None:
@@ -270,7 +267,7 @@ def measure_history(spark: SparkSession, workspace: Folders, scale: Scale) -> li
     points = []
     for mode in scale.modes:
         folder = workspace.folder(f"history-{mode}")
-        table = _Growing(spark, f"{folder}/events", rows, mode)
+        table = GrowingTable(spark, f"{folder}/events", rows, mode)
         try:
             for count in scale.history:
                 log.info("history: %s table, %d checkpoints", mode, count)
@@ -323,7 +320,7 @@ def _reads(
     timings = alternate(
         repetitions,
         *(
-            (lambda name=name, rows=rows: {name + state: timed(lambda: _aggregate(rows()))})
+            (lambda name=name, rows=rows: {name + state: timed(lambda: aggregate(rows()))})
             for name, rows in sides.items()
         ),
     )
@@ -410,10 +407,10 @@ def _group(
             )
 
         def apart() -> dict[str, float]:
-            return {"apart": timed(lambda: [_aggregate(latest_committed(spark, p)) for p in paths])}
+            return {"apart": timed(lambda: [aggregate(latest_committed(spark, p)) for p in paths])}
 
         def at_cut() -> dict[str, float]:
-            return {"at_cut": timed(lambda: [_aggregate(f) for f in committed(spark, *paths)])}
+            return {"at_cut": timed(lambda: [aggregate(f) for f in committed(spark, *paths)])}
 
         timings |= alternate(repetitions, apart, at_cut)
     finally:
