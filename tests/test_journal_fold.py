@@ -8,6 +8,7 @@ validation reports given and not, a vacuumed abort, and two sinks.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -91,13 +92,16 @@ def test_both_folds_give_every_transaction_the_same_status(spark, tmp_path):
 def test_a_journal_appended_by_writers_at_once_is_compacted_and_loses_no_event(lake):
     """Each append is a file; an append that leaves more than ``COMPACT_EVERY`` merges
     them. Four writers append one event a commit at once, across the compaction: every
-    event reads back once, and the table keeps at most ``COMPACT_EVERY`` files."""
+    event reads back once, and the table keeps at most ``COMPACT_EVERY`` files. The
+    writers overlapped the compaction: each had appended before it, and some after."""
     path = f"{lake}/journal"
     Journal(path)  # version 0
     per_writer = COMPACT_EVERY // 4 + 10
+    spans: dict[int, tuple[float, float]] = {}  # a writer's first and last append (epoch ms)
 
     def writer(index: int) -> None:
         journal = Journal(path)
+        first = None
         for n in range(per_writer):
             txn = f"w{index}-{n}"
             journal.record(
@@ -111,12 +115,18 @@ def test_a_journal_appended_by_writers_at_once_is_compacted_and_loses_no_event(l
                     event_time=T0,
                 )
             )
+            first = first or time.time() * 1000
+        spans[index] = (first, time.time() * 1000)
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(writer, range(4)))
 
     table = delta_table(path)
-    assert "OPTIMIZE" in [c["operation"] for c in table.history()]
+    compactions = [c["timestamp"] for c in table.history() if c["operation"] == "OPTIMIZE"]
+    assert compactions, "no append compacted the journal"
+    first_compaction = min(compactions)
+    assert all(start < first_compaction for start, _ in spans.values()), spans
+    assert sum(end > first_compaction for _, end in spans.values()) >= 2, spans
     assert table.get_add_actions(flatten=True).num_rows <= COMPACT_EVERY < 4 * per_writer
     txns = [s.txn_id for s in read_transactions(path, "orders")]
     assert sorted(txns) == sorted(f"w{i}-{n}" for i in range(4) for n in range(per_writer))
